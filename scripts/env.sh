@@ -1,0 +1,5 @@
+# Sourced by the scripts: one target directory outside the clone, reused by
+# every build and test run (RocksDB then compiles once per machine).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/hmg-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+mkdir -p "$CARGO_TARGET_DIR"

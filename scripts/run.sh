@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job, from a fresh machine: installs what is missing, builds hmg and
+# runs it on its embedded store (default: $XDG_DATA_HOME/hmg, or HMG_STORE).
+# With no arguments it prints the store's stats and the session brief for the
+# current directory; any arguments are passed to hmg (e.g. `memorize "…"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+source scripts/env.sh
+cargo build --release --locked --bin hmg
+HMG="$CARGO_TARGET_DIR/release/hmg"
+cd "${HMG_WORKDIR:-$OLDPWD}"
+if [ $# -eq 0 ]; then
+  "$HMG" stats
+  exec "$HMG" brief
+fi
+exec "$HMG" "$@"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what is missing, then
+# runs every test in the one release-like profile the binary also uses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+source scripts/env.sh
+cargo test --release --locked "$@"
