@@ -1,0 +1,35 @@
+//! HMG: a local, auditable knowledge-memory server for AI agents.
+//!
+//! Agents write and recall long-term memories through MCP tools; humans
+//! inspect memory and its history through GraphQL; auditors query it with
+//! SPARQL; Rust programs embed it through [`Memory`], the facade every
+//! surface adapts. Oxigraph (RocksDB on disk) is the source of truth; see
+//! `ARCHITECTURE.md` for the module map and invariants.
+//!
+//! ```
+//! use hmg::{Caller, Memory, MemorizeRequest, Scope};
+//!
+//! let memory = Memory::open_in_memory()?;
+//! let caller = Caller::new(Scope::tenant("alice"), "example");
+//! memory.memorize(&caller, MemorizeRequest::new("部署前必须先跑数据库迁移").with_source("user"))?;
+//! let brief = memory.brief(&caller, Default::default())?;
+//! assert!(brief.text.contains("部署前必须先跑数据库迁移"));
+//! # Result::<_, Box<dyn std::error::Error>>::Ok(())
+//! ```
+
+pub mod atom;
+pub mod audit;
+pub mod cli;
+pub mod memory;
+pub mod scope;
+pub mod store;
+pub mod text;
+pub mod vocab;
+
+pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
+pub use memory::{
+    AtomView, AuditView, Brief, BriefOptions, Caller, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
+    ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport,
+    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, Stats,
+};
+pub use scope::Scope;

@@ -1,0 +1,543 @@
+//! The `Memory` facade: every operation HMG offers, and the Rust SDK.
+//! Surfaces (CLI, MCP, GraphQL, REST, hooks) only translate their wire
+//! formats to and from these calls.
+//!
+//! ```
+//! use hmg::{Caller, Memory, MemorizeRequest, Scope, Effect};
+//!
+//! let memory = Memory::open_in_memory()?;
+//! let caller = Caller::new(Scope::tenant("alice").with_repository("hmg"), "doc-test");
+//! let outcome = memory.memorize(&caller, MemorizeRequest::new("We use PostgreSQL 16, not MongoDB"))?;
+//! assert_eq!(outcome.effect, Effect::Applied);
+//! let again = memory.memorize(&caller, MemorizeRequest::new("we use postgresql 16, not mongodb."))?;
+//! assert_eq!(again.effect, Effect::NoOp);
+//! # Result::<_, Box<dyn std::error::Error>>::Ok(())
+//! ```
+//!
+//! **Architecture invariants**
+//! - A write is acknowledged only after its one store transaction (atom,
+//!   scope, entities, audit entry, snapshot version) has committed.
+//! - History is append-only: only status and epistemic change in place, and
+//!   each change writes an audit entry with the before and after values.
+//!   Only tombstone destroys content.
+//! - Policy refusals (empty, oversized, restating a negated memory, a
+//!   correction aimed at a superseded atom, …) are outcomes with
+//!   `effect: rejected` and a reason; invalid requests (unknown atom, bad
+//!   action, missing field) are [`MemoryError`]s. Neither writes anything.
+
+mod brief;
+mod correct;
+mod export;
+mod govern;
+mod read;
+mod write;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use oxigraph::model::{GraphNameRef, Literal, NamedNode, QuadRef, Term};
+use serde::Serialize;
+use ulid::Ulid;
+
+use crate::atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
+use crate::scope::{Scope, ScopeError};
+use crate::store::{self, NamedQuery, Store, StoreError, WriteTx};
+use crate::text;
+use crate::vocab::{RDF_TYPE, RDFS_LABEL, hmg, prov};
+
+pub use brief::{Brief, BriefOptions, ONBOARDING};
+pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
+pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
+pub use govern::{GovernAction, GovernOutcome, GovernRequest};
+pub use read::{AtomView, AuditView, History, IndexCounts, Stats};
+pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
+
+/// Longest memory (memorize, replace, lesson), in characters.
+pub const MAX_CONTENT_CHARS: usize = 4_000;
+/// Longest handoff summary, in characters.
+pub const MAX_HANDOFF_CHARS: usize = 16_000;
+/// Longest reason, in characters.
+pub const MAX_REASON_CHARS: usize = 2_000;
+/// Longest `source` attribution, in characters.
+pub const MAX_SOURCE_CHARS: usize = 200;
+
+/// Errors of the facade: the request cannot be carried out as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// A field is missing or malformed; the message names it.
+    #[error("invalid {field}: {message}")]
+    InvalidInput {
+        /// Field name as on the wire (`target_atom`, `new_content`, …).
+        field: &'static str,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// No atom with this id in the caller's tenant.
+    #[error("unknown atom {0}: no atom with this id exists in your tenant (take ids from memory_recall results)")]
+    AtomNotFound(AtomId),
+    /// The scope cannot be used.
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl MemoryError {
+    /// Whether the caller can fix this by changing the request.
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, MemoryError::Store(_))
+    }
+
+    pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
+        MemoryError::InvalidInput { field, message: message.into() }
+    }
+}
+
+/// Result alias of the facade.
+pub type Result<T, E = MemoryError> = std::result::Result<T, E>;
+
+/// Who is calling and in which scope. Surfaces resolve the scope (hook,
+/// working directory, client roots); a scope sent by a model never reaches
+/// this type unchecked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Resolved scope.
+    pub scope: Scope,
+    /// Actor name recorded in audit entries.
+    pub actor: String,
+}
+
+impl Caller {
+    /// A caller in `scope` recorded as `actor`.
+    pub fn new(scope: Scope, actor: impl Into<String>) -> Caller {
+        Caller { scope, actor: actor.into() }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Written.
+    Applied,
+    /// Nothing to do (exact duplicate).
+    NoOp,
+    /// Refused by admission control or policy; nothing written.
+    Rejected,
+}
+
+impl Effect {
+    /// Wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Applied => "applied",
+            Effect::NoOp => "no_op",
+            Effect::Rejected => "rejected",
+        }
+    }
+}
+
+/// The facade. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct Memory {
+    store: Store,
+    ids: Mutex<ulid::Generator>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory").field("store", &self.store).finish_non_exhaustive()
+    }
+}
+
+impl Memory {
+    /// Opens the store in directory `path`, creating it if needed.
+    pub fn open(path: &Path) -> Result<Memory> {
+        Ok(Memory::with_store(Store::open(path)?))
+    }
+
+    /// A memory in RAM (tests, examples).
+    pub fn open_in_memory() -> Result<Memory> {
+        Ok(Memory::with_store(Store::open_in_memory()?))
+    }
+
+    fn with_store(store: Store) -> Memory {
+        Memory { store, ids: Mutex::new(ulid::Generator::new()) }
+    }
+
+    /// The underlying store (SPARQL, audit verification, tests).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// A new, strictly increasing ULID.
+    pub(crate) fn next_id(&self) -> Ulid {
+        let mut generator = self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        generator.generate().unwrap_or_else(|_| Ulid::generate())
+    }
+
+    pub(crate) fn now() -> DateTime<Utc> {
+        Utc::now()
+    }
+
+    /// Loads one atom of `tenant` (`None` when it does not exist there).
+    pub fn atom(&self, tenant: &str, id: AtomId) -> Result<Option<Atom>> {
+        load_atom(&self.store, tenant, id)
+    }
+
+    /// Loads `id` or fails with [`MemoryError::AtomNotFound`].
+    pub(crate) fn require_atom(&self, caller: &Caller, id: AtomId) -> Result<Atom> {
+        self.atom(&caller.scope.tenant_id, id)?.ok_or(MemoryError::AtomNotFound(id))
+    }
+
+    /// The atom currently in effect in `id`'s evolution chain.
+    pub fn chain_head(&self, tenant: &str, id: AtomId) -> Result<AtomId> {
+        let mut current = id;
+        // Chains are short; the bound only guards against corrupt cycles.
+        for _ in 0..10_000 {
+            let next = self
+                .store
+                .select(NamedQuery::RevisionsOf, tenant, &[("atom", store::atom_iri(current).into())])?
+                .iter()
+                .filter_map(|s| s.get("next").and_then(store::atom_id_of))
+                .max();
+            match next {
+                Some(next) => current = next,
+                None => return Ok(current),
+            }
+        }
+        Err(StoreError::Corrupt(format!("evolution chain of {id} does not end")).into())
+    }
+}
+
+/// Checks and cleans a reason (required, redacted, bounded).
+pub(crate) fn clean_reason(reason: &str) -> Result<String> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(MemoryError::invalid("reason", "a reason is required; it is written into the audit chain"));
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(MemoryError::invalid("reason", format!("longer than {MAX_REASON_CHARS} characters")));
+    }
+    Ok(text::redact(reason).text)
+}
+
+/// Checks a `source` attribution.
+pub(crate) fn clean_source(source: Option<&str>, default: &str) -> Result<String> {
+    let source = source.map(str::trim).filter(|s| !s.is_empty()).unwrap_or(default);
+    if source.chars().count() > MAX_SOURCE_CHARS {
+        return Err(MemoryError::invalid("source", format!("longer than {MAX_SOURCE_CHARS} characters")));
+    }
+    if source.chars().any(char::is_control) {
+        return Err(MemoryError::invalid("source", "contains control characters"));
+    }
+    Ok(source.to_owned())
+}
+
+fn kind_class(kind: Kind) -> oxigraph::model::NamedNodeRef<'static> {
+    match kind {
+        Kind::Fact => hmg::FACT,
+        Kind::Handoff => hmg::HANDOFF,
+        Kind::Lesson => hmg::LESSON,
+        Kind::Episode => hmg::EPISODE,
+        Kind::Reflection => hmg::REFLECTION,
+    }
+}
+
+fn kind_of_class(iri: &str) -> Option<Kind> {
+    Kind::ALL.iter().copied().find(|k| kind_class(*k).as_str() == iri)
+}
+
+/// Writes a complete atom (and its scope node and entities) inside `tx`.
+pub(crate) fn insert_atom(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]) -> Result<()> {
+    let tenant = &atom.scope.tenant_id;
+    let graph_node = store::tenant_graph(tenant);
+    let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+    let iri = store::atom_iri(atom.id);
+    let scope_iri = store::scope_iri(&atom.scope);
+
+    tx.insert(QuadRef::new(&iri, RDF_TYPE, hmg::ATOM, graph));
+    tx.insert(QuadRef::new(&iri, RDF_TYPE, kind_class(atom.kind), graph));
+    if let Some(content) = &atom.content {
+        tx.insert(QuadRef::new(&iri, hmg::CONTENT, &Literal::from(content.as_str()), graph));
+        tx.insert(QuadRef::new(&iri, hmg::CONTENT_HASH, &Literal::from(text::content_hash(content)), graph));
+    }
+    tx.insert(QuadRef::new(&iri, hmg::SOURCE, &Literal::from(atom.source.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::STATUS, &Literal::from(atom.status.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::EPISTEMIC, &Literal::from(atom.epistemic.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::POLARITY, &Literal::from(atom.polarity.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::LANGUAGE, &Literal::from(atom.language.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::IMPORTANCE, &Literal::from(atom.importance), graph));
+    tx.insert(QuadRef::new(&iri, hmg::CREATED_AT, &crate::audit::datetime_literal(atom.created_at), graph));
+    if let Some(session) = &atom.session_id {
+        tx.insert(QuadRef::new(&iri, hmg::SESSION_ID, &Literal::from(session.as_str()), graph));
+    }
+    tx.insert(QuadRef::new(&iri, hmg::IN_SCOPE, &scope_iri, graph));
+    tx.insert(QuadRef::new(&scope_iri, RDF_TYPE, hmg::SCOPE, graph));
+    tx.insert(QuadRef::new(&scope_iri, hmg::TENANT_ID, &Literal::from(tenant.as_str()), graph));
+    for (predicate, value) in [
+        (hmg::WORKSPACE, &atom.scope.workspace),
+        (hmg::REPOSITORY, &atom.scope.repository),
+        (hmg::BRANCH, &atom.scope.branch),
+    ] {
+        if let Some(value) = value {
+            tx.insert(QuadRef::new(&scope_iri, predicate, &Literal::from(value.as_str()), graph));
+        }
+    }
+    if let Some(old) = atom.supersedes {
+        tx.insert(QuadRef::new(&iri, prov::WAS_REVISION_OF, &store::atom_iri(old), graph));
+    }
+    for source in &atom.derived_from {
+        tx.insert(QuadRef::new(&iri, prov::WAS_DERIVED_FROM, &store::atom_iri(*source), graph));
+    }
+    for entity in entities {
+        let entity_iri = store::entity_iri(tenant, &entity.key);
+        if tx.object(entity_iri.as_ref(), RDFS_LABEL, graph)?.is_none() {
+            tx.insert(QuadRef::new(&entity_iri, RDF_TYPE, hmg::ENTITY, graph));
+            tx.insert(QuadRef::new(&entity_iri, RDFS_LABEL, &Literal::from(entity.name.as_str()), graph));
+            tx.insert(QuadRef::new(&entity_iri, hmg::ENTITY_KIND, &Literal::from(entity.kind.as_str()), graph));
+        }
+        tx.insert(QuadRef::new(&iri, hmg::MENTIONS, &entity_iri, graph));
+    }
+    Ok(())
+}
+
+/// Sets a single-valued literal property of an atom inside `tx`.
+pub(crate) fn set_atom_literal(
+    tx: &mut WriteTx<'_>,
+    tenant: &str,
+    id: AtomId,
+    predicate: oxigraph::model::NamedNodeRef<'_>,
+    value: &str,
+) -> Result<()> {
+    let graph_node = store::tenant_graph(tenant);
+    let iri = store::atom_iri(id);
+    tx.set(iri.as_ref(), predicate, &Term::Literal(Literal::from(value)), graph_node.as_ref().into())?;
+    Ok(())
+}
+
+fn literal_value(term: &Term) -> Option<&str> {
+    match term {
+        Term::Literal(l) => Some(l.value()),
+        _ => None,
+    }
+}
+
+/// Reads an atom from its quads.
+pub(crate) fn load_atom(store: &Store, tenant: &str, id: AtomId) -> Result<Option<Atom>> {
+    let iri = store::atom_iri(id);
+    let quads = store.describe(tenant, iri.as_ref())?;
+    if quads.is_empty() {
+        return Ok(None);
+    }
+    let corrupt = |what: &str| MemoryError::Store(StoreError::Corrupt(format!("atom {id} has no valid {what}")));
+    let mut kind = None;
+    let mut content = None;
+    let mut source = None;
+    let mut status = None;
+    let mut epistemic = None;
+    let mut polarity = None;
+    let mut language = None;
+    let mut importance = 0.5;
+    let mut created_at = None;
+    let mut scope_node: Option<NamedNode> = None;
+    let mut entity_nodes = Vec::new();
+    let mut supersedes = None;
+    let mut derived_from = Vec::new();
+    let mut session_id = None;
+    for quad in &quads {
+        let p = quad.predicate.as_ref();
+        let o = &quad.object;
+        if p == RDF_TYPE {
+            if let Term::NamedNode(class) = o
+                && let Some(k) = kind_of_class(class.as_str())
+            {
+                kind = Some(k);
+            }
+        } else if p == hmg::CONTENT {
+            content = literal_value(o).map(str::to_owned);
+        } else if p == hmg::SOURCE {
+            source = literal_value(o).map(str::to_owned);
+        } else if p == hmg::STATUS {
+            status = literal_value(o).and_then(|v| v.parse::<Status>().ok());
+        } else if p == hmg::EPISTEMIC {
+            epistemic = literal_value(o).and_then(|v| v.parse::<Epistemic>().ok());
+        } else if p == hmg::POLARITY {
+            polarity = literal_value(o).and_then(|v| v.parse::<Polarity>().ok());
+        } else if p == hmg::LANGUAGE {
+            language = literal_value(o).map(str::to_owned);
+        } else if p == hmg::IMPORTANCE {
+            importance = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0.5);
+        } else if p == hmg::CREATED_AT {
+            created_at = crate::audit::parse_datetime(o);
+        } else if p == hmg::SESSION_ID {
+            session_id = literal_value(o).map(str::to_owned);
+        } else if p == hmg::IN_SCOPE {
+            if let Term::NamedNode(n) = o {
+                scope_node = Some(n.clone());
+            }
+        } else if p == hmg::MENTIONS {
+            if let Term::NamedNode(n) = o {
+                entity_nodes.push(n.clone());
+            }
+        } else if p == prov::WAS_REVISION_OF {
+            supersedes = store::atom_id_of(o);
+        } else if p == prov::WAS_DERIVED_FROM {
+            derived_from.extend(store::atom_id_of(o));
+        }
+    }
+    let scope_node = scope_node.ok_or_else(|| corrupt("scope"))?;
+    let mut scope = Scope::tenant(tenant);
+    for quad in store.describe(tenant, scope_node.as_ref())? {
+        let value = literal_value(&quad.object).map(str::to_owned);
+        let p = quad.predicate.as_ref();
+        if p == hmg::WORKSPACE {
+            scope.workspace = value;
+        } else if p == hmg::REPOSITORY {
+            scope.repository = value;
+        } else if p == hmg::BRANCH {
+            scope.branch = value;
+        }
+    }
+    let mut entities = Vec::with_capacity(entity_nodes.len());
+    for node in entity_nodes {
+        let label = store
+            .describe(tenant, node.as_ref())?
+            .into_iter()
+            .find(|q| q.predicate.as_ref() == RDFS_LABEL)
+            .and_then(|q| literal_value(&q.object).map(str::to_owned));
+        entities.extend(label);
+    }
+    entities.sort();
+    Ok(Some(Atom {
+        id,
+        content,
+        kind: kind.ok_or_else(|| corrupt("kind"))?,
+        source: source.unwrap_or_else(|| "agent".to_owned()),
+        scope,
+        epistemic: epistemic.ok_or_else(|| corrupt("epistemic"))?,
+        polarity: polarity.ok_or_else(|| corrupt("polarity"))?,
+        status: status.ok_or_else(|| corrupt("status"))?,
+        created_at: created_at.ok_or_else(|| corrupt("created_at"))?,
+        language: language.unwrap_or_else(|| "und".to_owned()),
+        importance,
+        entities,
+        supersedes,
+        derived_from,
+        session_id,
+    }))
+}
+
+/// One mutation: what happens to an existing atom and/or which atom is
+/// created. [`Memory::apply`] writes it and its audit entry in one
+/// transaction; every write of the facade goes through it.
+pub(crate) struct Mutation<'a> {
+    /// Audit action (`memorize`, `correct.replace`, …).
+    pub(crate) action: String,
+    /// Audit reason.
+    pub(crate) reason: Option<String>,
+    /// The existing atom acted on.
+    pub(crate) target: Option<&'a Atom>,
+    /// Its new status.
+    pub(crate) new_status: Option<Status>,
+    /// Its new epistemic.
+    pub(crate) new_epistemic: Option<Epistemic>,
+    /// Destroy its content (tombstone).
+    pub(crate) destroy_content: bool,
+    /// The atom created, with its entities.
+    pub(crate) created: Option<(&'a Atom, &'a [text::Entity])>,
+}
+
+impl<'a> Mutation<'a> {
+    pub(crate) fn new(action: impl Into<String>) -> Mutation<'a> {
+        Mutation {
+            action: action.into(),
+            reason: None,
+            target: None,
+            new_status: None,
+            new_epistemic: None,
+            destroy_content: false,
+            created: None,
+        }
+    }
+}
+
+impl Memory {
+    /// Writes `mutation` and its audit entry in one transaction.
+    pub(crate) fn apply(&self, caller: &Caller, mutation: Mutation<'_>) -> Result<()> {
+        let tenant = &caller.scope.tenant_id;
+        let audit_id = self.next_id();
+        if mutation.destroy_content {
+            self.store.mark_vacuum_pending()?;
+        }
+        let span = tracing::info_span!("write", action = %mutation.action, %tenant);
+        let _entered = span.enter();
+        self.store.write(|tx| {
+            if let Some((atom, entities)) = mutation.created {
+                insert_atom(tx, atom, entities)?;
+            }
+            if let Some(target) = mutation.target {
+                if let Some(status) = mutation.new_status {
+                    set_atom_literal(tx, tenant, target.id, hmg::STATUS, status.as_str())?;
+                }
+                if let Some(epistemic) = mutation.new_epistemic {
+                    set_atom_literal(tx, tenant, target.id, hmg::EPISTEMIC, epistemic.as_str())?;
+                }
+                if mutation.destroy_content {
+                    destroy_content(tx, tenant, target.id)?;
+                }
+            }
+            let (target, status_before, epistemic_before) = match mutation.target {
+                Some(t) => (Some(t.id), Some(t.status), Some(t.epistemic)),
+                None => (None, None, None),
+            };
+            let created = mutation.created.map(|(atom, _)| atom);
+            let status_after = match mutation.target {
+                Some(t) => Some(mutation.new_status.unwrap_or(t.status)),
+                None => created.map(|a| a.status),
+            };
+            let epistemic_after = match mutation.target {
+                Some(t) => Some(mutation.new_epistemic.unwrap_or(t.epistemic)),
+                None => created.map(|a| a.epistemic),
+            };
+            crate::audit::append(
+                tx,
+                tenant,
+                crate::audit::AuditRecord {
+                    actor: caller.actor.clone(),
+                    action: mutation.action.clone(),
+                    reason: mutation.reason.clone(),
+                    target,
+                    generated: created.map(|a| a.id),
+                    status_before,
+                    status_after,
+                    epistemic_before,
+                    epistemic_after,
+                },
+                audit_id,
+                Memory::now(),
+            )?;
+            Ok::<_, MemoryError>(())
+        })?;
+        if mutation.destroy_content {
+            self.store.vacuum()?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes an atom's content, content hash and entity links (the node, its
+/// status, scope, chain links and audit trail stay).
+fn destroy_content(tx: &mut WriteTx<'_>, tenant: &str, id: AtomId) -> Result<()> {
+    let graph_node = store::tenant_graph(tenant);
+    let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+    let iri = store::atom_iri(id);
+    for predicate in [hmg::CONTENT, hmg::CONTENT_HASH, hmg::MENTIONS] {
+        for quad in tx.quads(Some(iri.as_ref()), Some(predicate), None, graph)? {
+            tx.remove(quad.as_ref());
+        }
+    }
+    Ok(())
+}

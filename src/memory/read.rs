@@ -1,0 +1,277 @@
+//! Read-side operations: stats and history, and the serializable views the
+//! surfaces show (content of quarantined/sealed/tombstoned atoms is always
+//! replaced by a placeholder here).
+
+use serde::Serialize;
+
+use super::{Caller, Memory, MemoryError, Result};
+use crate::atom::{Atom, AtomId, parse_atom_id};
+use crate::audit::{self, AuditEntry};
+use crate::store::{self, NamedQuery, StoreError};
+
+/// The scope fields as shown on the wire (`ScopeInput` of the seeds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScopeView {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Workspace.
+    pub workspace: Option<String>,
+    /// Repository.
+    pub repository: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+}
+
+/// An atom as every surface shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AtomView {
+    /// ULID.
+    pub atom_id: String,
+    /// Content, or a placeholder saying why it is hidden.
+    pub content: String,
+    /// fact / handoff / lesson / episode / reflection.
+    pub kind: String,
+    /// Attribution.
+    pub source: String,
+    /// Where it was written.
+    pub scope: ScopeView,
+    /// actual / necessary / possible.
+    pub epistemic: String,
+    /// affirmative / negative / conditional.
+    pub polarity: String,
+    /// Lifecycle status.
+    pub status: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Detected language.
+    pub language: String,
+    /// 0–1.
+    pub importance: f64,
+    /// Entities mentioned (empty once tombstoned).
+    pub entities: Vec<String>,
+    /// The atom this one replaced.
+    pub supersedes: Option<String>,
+    /// Atoms this one was derived from.
+    pub derived_from: Vec<String>,
+    /// Originating session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl From<&Atom> for AtomView {
+    fn from(atom: &Atom) -> AtomView {
+        AtomView {
+            atom_id: atom.id.to_string(),
+            content: atom.visible_content().to_owned(),
+            kind: atom.kind.as_str().to_owned(),
+            source: atom.source.clone(),
+            scope: ScopeView {
+                tenant_id: atom.scope.tenant_id.clone(),
+                workspace: atom.scope.workspace.clone(),
+                repository: atom.scope.repository.clone(),
+                branch: atom.scope.branch.clone(),
+            },
+            epistemic: atom.epistemic.as_str().to_owned(),
+            polarity: atom.polarity.as_str().to_owned(),
+            status: atom.status.as_str().to_owned(),
+            created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            language: atom.language.clone(),
+            importance: atom.importance,
+            entities: if atom.status.hides_content() { Vec::new() } else { atom.entities.clone() },
+            supersedes: atom.supersedes.map(|id| id.to_string()),
+            derived_from: atom.derived_from.iter().map(ToString::to_string).collect(),
+            session_id: atom.session_id.clone(),
+        }
+    }
+}
+
+/// An audit entry as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditView {
+    /// Entry id.
+    pub audit_id: String,
+    /// Position in the tenant's chain.
+    pub seq: u64,
+    /// RFC 3339.
+    pub time: String,
+    /// Who.
+    pub actor: String,
+    /// What.
+    pub action: String,
+    /// Why.
+    pub reason: Option<String>,
+    /// Atom acted on.
+    pub target: Option<String>,
+    /// Atom created.
+    pub generated: Option<String>,
+    /// Status before.
+    pub status_before: Option<String>,
+    /// Status after.
+    pub status_after: Option<String>,
+    /// Epistemic before.
+    pub epistemic_before: Option<String>,
+    /// Epistemic after.
+    pub epistemic_after: Option<String>,
+    /// Previous entry's hash.
+    pub prev_hash: String,
+    /// This entry's hash.
+    pub hash: String,
+}
+
+impl From<&AuditEntry> for AuditView {
+    fn from(e: &AuditEntry) -> AuditView {
+        AuditView {
+            audit_id: e.id.to_string(),
+            seq: e.seq,
+            time: e.time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            actor: e.actor.clone(),
+            action: e.action.clone(),
+            reason: e.reason.clone(),
+            target: e.target.map(|id| id.to_string()),
+            generated: e.generated.map(|id| id.to_string()),
+            status_before: e.status_before.clone(),
+            status_after: e.status_after.clone(),
+            epistemic_before: e.epistemic_before.clone(),
+            epistemic_after: e.epistemic_after.clone(),
+            prev_hash: e.prev_hash.clone(),
+            hash: e.hash.clone(),
+        }
+    }
+}
+
+/// An atom's whole evolution chain and audit trail.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct History {
+    /// The atom asked about.
+    pub atom_id: String,
+    /// The atom in effect in the chain now.
+    pub head: String,
+    /// Every atom of the chain, oldest first.
+    pub chain: Vec<AtomView>,
+    /// Lessons and reflections derived from any atom of the chain.
+    pub derived: Vec<AtomView>,
+    /// Audit entries about any of them, in chain order.
+    pub audit: Vec<AuditView>,
+}
+
+/// Per-index coverage counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IndexCounts {
+    /// Atoms with a vector in the semantic index.
+    pub semantic: u64,
+    /// Atoms in the keyword index.
+    pub keyword: u64,
+    /// Atoms in the temporal index.
+    pub temporal: u64,
+    /// Atoms in the categorical index.
+    pub categorical: u64,
+}
+
+/// Output of `memory_stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Atoms of the caller's tenant (every status).
+    pub atoms: u64,
+    /// Graph edges: entity mentions, revisions, derivations.
+    pub edges: u64,
+    /// Index coverage.
+    pub indexes: IndexCounts,
+    /// Store-wide write counter; increases with every write.
+    pub snapshot_version: u64,
+}
+
+fn count(solution: &oxigraph::sparql::QuerySolution, name: &str) -> Result<u64> {
+    match solution.get(name) {
+        Some(term) => Ok(store::integer_of(term)?.max(0) as u64),
+        None => Ok(0),
+    }
+}
+
+impl Memory {
+    /// `memory_stats` for the caller's tenant.
+    #[tracing::instrument(skip(self), fields(tenant = %caller.scope.tenant_id))]
+    pub fn stats(&self, caller: &Caller) -> Result<Stats> {
+        let rows = self.store.select(NamedQuery::Stats, &caller.scope.tenant_id, &[])?;
+        let row = rows.first().ok_or_else(|| StoreError::Corrupt("stats query returned no row".to_owned()))?;
+        Ok(Stats {
+            atoms: count(row, "atoms")?,
+            edges: count(row, "edges")?,
+            indexes: IndexCounts {
+                // The keyword and semantic indexes arrive with hybrid recall.
+                semantic: 0,
+                keyword: 0,
+                temporal: count(row, "temporal")?,
+                categorical: count(row, "categorical")?,
+            },
+            snapshot_version: self.store.snapshot_version()?,
+        })
+    }
+
+    /// An atom's evolution chain (both directions), derived lessons and audit
+    /// entries.
+    #[tracing::instrument(skip(self), fields(tenant = %caller.scope.tenant_id))]
+    pub fn history(&self, caller: &Caller, atom_id: &str) -> Result<History> {
+        let tenant = &caller.scope.tenant_id;
+        let id = parse_atom_id(atom_id).map_err(|e| MemoryError::invalid("atom_id", e.to_string()))?;
+        let start = self.require_atom(caller, id)?;
+        let mut chain = vec![start];
+        while let Some(previous) = chain.first().and_then(|a| a.supersedes) {
+            match self.atom(tenant, previous)? {
+                Some(atom) if !chain.iter().any(|a| a.id == atom.id) => chain.insert(0, atom),
+                _ => break,
+            }
+        }
+        loop {
+            let Some(last) = chain.last() else { break };
+            let next = self
+                .store
+                .select(NamedQuery::RevisionsOf, tenant, &[("atom", store::atom_iri(last.id).into())])?
+                .iter()
+                .filter_map(|s| s.get("next").and_then(store::atom_id_of))
+                .max();
+            match next {
+                Some(next) if !chain.iter().any(|a| a.id == next) => match self.atom(tenant, next)? {
+                    Some(atom) => chain.push(atom),
+                    None => break,
+                },
+                _ => break,
+            }
+        }
+        let mut derived_ids: Vec<AtomId> = Vec::new();
+        for atom in &chain {
+            for row in self.store.select(NamedQuery::DerivedFrom, tenant, &[("atom", store::atom_iri(atom.id).into())])? {
+                derived_ids.extend(row.get("derived").and_then(store::atom_id_of));
+            }
+        }
+        let mut derived = Vec::new();
+        for derived_id in &derived_ids {
+            derived.extend(self.atom(tenant, *derived_id)?);
+        }
+        let mut entries: Vec<AuditEntry> = Vec::new();
+        for atom_id in chain.iter().map(|a| a.id).chain(derived_ids.iter().copied()) {
+            for entry in audit::entries_for_atom(&self.store, tenant, atom_id)? {
+                if !entries.iter().any(|e| e.id == entry.id) {
+                    entries.push(entry);
+                }
+            }
+        }
+        entries.sort_by_key(|e| e.seq);
+        let head = chain.iter().rev().find(|a| a.status != crate::atom::Status::Superseded).map(|a| a.id);
+        Ok(History {
+            atom_id: id.to_string(),
+            head: head.or(chain.last().map(|a| a.id)).unwrap_or(id).to_string(),
+            chain: chain.iter().map(AtomView::from).collect(),
+            derived: derived.iter().map(AtomView::from).collect(),
+            audit: entries.iter().map(AuditView::from).collect(),
+        })
+    }
+
+    /// Recomputes every tenant's audit chain (or one tenant's).
+    pub fn verify_audit(&self, tenant: Option<&str>) -> Result<Vec<audit::TenantVerification>> {
+        let tenants = match tenant {
+            Some(t) => vec![t.to_owned()],
+            None => self.store.tenants()?,
+        };
+        tenants.iter().map(|t| audit::verify_tenant(&self.store, t).map_err(MemoryError::from)).collect()
+    }
+}

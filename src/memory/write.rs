@@ -1,0 +1,295 @@
+//! memorize and handoff: validate → redact → admission → normalize + hash →
+//! exact dedup in scope → infer → one store transaction with its audit entry.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Caller, Effect, Memory, MemoryError, Mutation, Result, clean_source};
+use crate::atom::{Atom, AtomId, Epistemic, Kind, Status};
+use crate::store::{self, NamedQuery};
+use crate::text;
+
+/// Input of `memory_memorize`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemorizeRequest {
+    /// One self-contained memory sentence, in the user's language.
+    pub content: String,
+    /// `user` (more authoritative), `agent` (default) or a custom attribution.
+    pub source: Option<String>,
+    /// `fact` (default) or `episode`.
+    pub kind: Kind,
+    /// Optional originating session (imports, evaluations).
+    pub session_id: Option<String>,
+    /// Creation time to record (imports, evaluations); now by default.
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+impl MemorizeRequest {
+    /// A fact with default attribution.
+    pub fn new(content: impl Into<String>) -> MemorizeRequest {
+        MemorizeRequest { content: content.into(), source: None, kind: Kind::Fact, session_id: None, created_at: None }
+    }
+
+    /// Builder: attribution.
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<String>) -> MemorizeRequest {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Builder: kind (`fact` or `episode`).
+    #[must_use]
+    pub fn with_kind(mut self, kind: Kind) -> MemorizeRequest {
+        self.kind = kind;
+        self
+    }
+
+    /// Builder: session.
+    #[must_use]
+    pub fn with_session(mut self, session_id: impl Into<String>) -> MemorizeRequest {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// Builder: creation time.
+    #[must_use]
+    pub fn with_created_at(mut self, created_at: DateTime<Utc>) -> MemorizeRequest {
+        self.created_at = Some(created_at);
+        self
+    }
+}
+
+/// Output of `memory_memorize` (field names as in the seeds).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemorizeOutcome {
+    /// The new atom, or the existing one on `no_op`; `null` when rejected.
+    pub atom_id: Option<String>,
+    /// applied / no_op / rejected.
+    pub effect: Effect,
+    /// Why (not on applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The existing atom (only on no_op).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deduped_with: Option<String>,
+    /// Kinds of secret removed before storing, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub redactions: Vec<String>,
+}
+
+impl MemorizeOutcome {
+    fn rejected(reason: String) -> MemorizeOutcome {
+        MemorizeOutcome { atom_id: None, effect: Effect::Rejected, reason: Some(reason), deduped_with: None, redactions: Vec::new() }
+    }
+}
+
+/// Input of `memory_handoff`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandoffRequest {
+    /// What was done / why / verification / risks / next steps.
+    pub summary: String,
+    /// Attribution, `agent` by default.
+    pub source: Option<String>,
+}
+
+impl HandoffRequest {
+    /// A handoff with default attribution.
+    pub fn new(summary: impl Into<String>) -> HandoffRequest {
+        HandoffRequest { summary: summary.into(), source: None }
+    }
+}
+
+/// Output of `memory_handoff`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HandoffOutcome {
+    /// The handoff atom (`null` when rejected).
+    pub atom_id: Option<String>,
+    /// applied / rejected.
+    pub effect: Effect,
+    /// Why (only rejected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Kinds of secret removed before storing, if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub redactions: Vec<String>,
+}
+
+/// Content that passed admission control.
+pub(crate) struct Admitted {
+    pub(crate) text: String,
+    pub(crate) redactions: Vec<String>,
+}
+
+/// Admission control shared by every write that stores new text: empty,
+/// oversized and nothing-left-after-redaction are refused with a reason.
+pub(crate) fn admit(field: &str, raw: &str, max_chars: usize) -> std::result::Result<Admitted, String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(format!("empty: {field} has no text"));
+    }
+    let chars = trimmed.chars().count();
+    if chars > max_chars {
+        return Err(format!(
+            "oversized: {field} has {chars} characters, the limit is {max_chars}; split it into smaller self-contained memories"
+        ));
+    }
+    let redaction = text::redact(trimmed);
+    if !redaction.has_substance() {
+        return Err(format!(
+            "nothing left after redaction: {field} consisted only of secrets ({}); secrets are never stored",
+            redaction.kinds.join(", ")
+        ));
+    }
+    Ok(Admitted { text: redaction.text, redactions: redaction.kinds })
+}
+
+/// Initial importance: constraints and user statements weigh more.
+pub(crate) fn initial_importance(kind: Kind, epistemic: Epistemic, source: &str) -> f64 {
+    let base: f64 = match kind {
+        Kind::Lesson => 0.8,
+        Kind::Handoff => 0.6,
+        Kind::Reflection => 0.55,
+        Kind::Fact => 0.5,
+        Kind::Episode => 0.4,
+    };
+    let constraint = match epistemic {
+        Epistemic::Necessary => 0.2,
+        Epistemic::Possible => -0.1,
+        Epistemic::Actual => 0.0,
+    };
+    let user = if source == "user" { 0.1 } else { 0.0 };
+    (base + constraint + user).clamp(0.0, 1.0)
+}
+
+/// Builds an atom from admitted text, inferring everything inferable.
+pub(crate) fn new_atom(id: AtomId, text: String, kind: Kind, source: String, caller: &Caller) -> (Atom, Vec<text::Entity>) {
+    let epistemic = text::infer_epistemic(&text);
+    let polarity = text::infer_polarity(&text);
+    let entities = text::extract_entities(&text);
+    let atom = Atom {
+        id,
+        kind,
+        epistemic,
+        polarity,
+        status: Status::Active,
+        created_at: Memory::now(),
+        language: text::detect_language(&text).to_owned(),
+        importance: initial_importance(kind, epistemic, &source),
+        entities: entities.iter().map(|e| e.name.clone()).collect(),
+        supersedes: None,
+        derived_from: Vec::new(),
+        session_id: None,
+        scope: caller.scope.clone(),
+        source,
+        content: Some(text),
+    };
+    (atom, entities)
+}
+
+/// An existing atom with the same normalized content in the same repository.
+pub(crate) enum Duplicate {
+    /// In effect (or hidden but kept): the new write is a no-op.
+    Existing(AtomId),
+    /// Negated: restating it is refused.
+    Negated(AtomId),
+}
+
+impl Memory {
+    pub(crate) fn find_duplicate(&self, scope: &crate::scope::Scope, content: &str) -> Result<Option<Duplicate>> {
+        let hash = text::content_hash(content);
+        let rows = self.store.select(
+            NamedQuery::FindByContentHash,
+            &scope.tenant_id,
+            &[("hash", oxigraph::model::Literal::from(hash).into())],
+        )?;
+        let mut negated = None;
+        for row in &rows {
+            let literal = |name: &str| match row.get(name) {
+                Some(oxigraph::model::Term::Literal(l)) => Some(l.value().to_owned()),
+                _ => None,
+            };
+            let candidate_scope = crate::scope::Scope {
+                tenant_id: scope.tenant_id.clone(),
+                workspace: literal("workspace"),
+                repository: literal("repository"),
+                branch: None,
+            };
+            if !scope.same_repository(&candidate_scope) {
+                continue;
+            }
+            let Some(id) = row.get("atom").and_then(store::atom_id_of) else { continue };
+            match literal("status").and_then(|s| s.parse::<Status>().ok()) {
+                Some(Status::Negated) => negated = negated.or(Some(id)),
+                Some(Status::Superseded | Status::Tombstoned) | None => {}
+                Some(_) => return Ok(Some(Duplicate::Existing(id))),
+            }
+        }
+        Ok(negated.map(Duplicate::Negated))
+    }
+
+    /// `memory_memorize`: stores one memory, or says why not.
+    #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
+    pub fn memorize(&self, caller: &Caller, request: MemorizeRequest) -> Result<MemorizeOutcome> {
+        let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        if !matches!(request.kind, Kind::Fact | Kind::Episode) {
+            return Err(MemoryError::invalid(
+                "kind",
+                format!("memorize writes facts and episodes; {} atoms come from memory_handoff, derive_lesson or reflect", request.kind),
+            ));
+        }
+        let source = clean_source(request.source.as_deref(), "agent")?;
+        let admitted = match admit("content", &request.content, super::MAX_CONTENT_CHARS) {
+            Ok(admitted) => admitted,
+            Err(reason) => return Ok(MemorizeOutcome::rejected(reason)),
+        };
+        match self.find_duplicate(&caller.scope, &admitted.text)? {
+            Some(Duplicate::Existing(existing)) => {
+                return Ok(MemorizeOutcome {
+                    atom_id: Some(existing.to_string()),
+                    effect: Effect::NoOp,
+                    reason: Some("exact duplicate of an existing memory in this scope".to_owned()),
+                    deduped_with: Some(existing.to_string()),
+                    redactions: admitted.redactions,
+                });
+            }
+            Some(Duplicate::Negated(negated)) => {
+                return Ok(MemorizeOutcome {
+                    atom_id: None,
+                    effect: Effect::Rejected,
+                    reason: Some(format!(
+                        "restates negated memory {negated}; negated memories stay negated. If it is true again, use memory_correct with action=replace on {negated} and the corrected content"
+                    )),
+                    deduped_with: None,
+                    redactions: admitted.redactions,
+                });
+            }
+            None => {}
+        }
+        let id = self.next_id();
+        let (mut atom, entities) = new_atom(id, admitted.text, request.kind, source, caller);
+        atom.session_id = request.session_id;
+        if let Some(created_at) = request.created_at {
+            atom.created_at = created_at;
+        }
+        self.apply(caller, Mutation { created: Some((&atom, entities.as_slice())), ..Mutation::new("memorize") })?;
+        tracing::info!(atom = %id, "memorized");
+        Ok(MemorizeOutcome { atom_id: Some(id.to_string()), effect: Effect::Applied, reason: None, deduped_with: None, redactions: admitted.redactions })
+    }
+
+    /// `memory_handoff`: stores a session hand-off summary.
+    #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
+    pub fn handoff(&self, caller: &Caller, request: HandoffRequest) -> Result<HandoffOutcome> {
+        let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        let source = clean_source(request.source.as_deref(), "agent")?;
+        let admitted = match admit("summary", &request.summary, super::MAX_HANDOFF_CHARS) {
+            Ok(admitted) => admitted,
+            Err(reason) => {
+                return Ok(HandoffOutcome { atom_id: None, effect: Effect::Rejected, reason: Some(reason), redactions: Vec::new() });
+            }
+        };
+        let id = self.next_id();
+        let (atom, entities) = new_atom(id, admitted.text, Kind::Handoff, source, caller);
+        self.apply(caller, Mutation { created: Some((&atom, entities.as_slice())), ..Mutation::new("handoff") })?;
+        Ok(HandoffOutcome { atom_id: Some(id.to_string()), effect: Effect::Applied, reason: None, redactions: admitted.redactions })
+    }
+}
