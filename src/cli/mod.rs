@@ -1,0 +1,417 @@
+//! The `hmg` command line: argument definitions and the adapter from
+//! subcommands to the [`Memory`] facade. The binary only parses, sets up
+//! tracing and calls [`run`].
+//!
+//! Contract (scripts rely on it): `--json` prints one JSON document on stdout
+//! with the fields of the matching MCP tool; exit status 0 on success
+//! (including `no_op`), 2 for a rejected or invalid request (the JSON is
+//! still printed), 1 for internal failures.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::memory::{BriefOptions, ExportFormat};
+use crate::{Caller, CorrectRequest, Effect, GovernRequest, HandoffRequest, Kind, MemorizeRequest, Memory, MemoryError};
+
+/// HMG: local, auditable long-term memory for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "hmg", version, about, long_about = None)]
+pub struct Cli {
+    /// Store directory (default: $XDG_DATA_HOME/hmg, e.g. ~/.local/share/hmg).
+    #[arg(long, global = true, env = "HMG_STORE", value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Print one JSON document on stdout instead of readable text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Scope overrides (by default inferred from the working directory).
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Scope overrides.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ScopeArgs {
+    /// Tenant (default: the OS user).
+    #[arg(long, global = true)]
+    pub tenant: Option<String>,
+    /// Workspace (default: the git remote owner).
+    #[arg(long, global = true)]
+    pub workspace: Option<String>,
+    /// Repository (default: the git repository name).
+    #[arg(long, global = true)]
+    pub repository: Option<String>,
+    /// Branch (default: the current git branch).
+    #[arg(long, global = true)]
+    pub branch: Option<String>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Store one self-contained memory (memory_memorize).
+    Memorize {
+        /// The memory, one sentence, in the user's language.
+        content: String,
+        /// user | agent | a custom attribution.
+        #[arg(long, default_value = "user")]
+        source: String,
+        /// fact | episode.
+        #[arg(long, default_value = "fact")]
+        kind: String,
+    },
+    /// Correct a memory (memory_correct): negate, confirm_actual, confirm_necessary, demote, replace.
+    Correct {
+        /// Atom id.
+        atom: String,
+        /// Action.
+        action: String,
+        /// Why (written into the audit chain).
+        #[arg(long)]
+        reason: String,
+        /// New content (required for replace).
+        #[arg(long)]
+        new_content: Option<String>,
+    },
+    /// Govern a memory's lifecycle (memory_govern): quarantine, restore, seal, tombstone, derive_lesson.
+    Govern {
+        /// Atom id.
+        atom: String,
+        /// Action.
+        action: String,
+        /// Why (written into the audit chain).
+        #[arg(long)]
+        reason: String,
+        /// Lesson text (required for derive_lesson).
+        #[arg(long)]
+        lesson_content: Option<String>,
+    },
+    /// Store a session hand-off summary (memory_handoff).
+    Handoff {
+        /// What was done, why, verification, risks, next steps.
+        summary: String,
+        /// Attribution.
+        #[arg(long, default_value = "agent")]
+        source: String,
+    },
+    /// Store overview (memory_stats).
+    Stats,
+    /// An atom's evolution chain, derived lessons and audit entries.
+    History {
+        /// Atom id.
+        atom: String,
+    },
+    /// Export memories as JSON Lines (atoms visible from the scope) or N-Quads (the tenant's graph).
+    Export {
+        /// jsonl | nquads.
+        #[arg(long, default_value = "jsonl")]
+        format: String,
+        /// Export every atom of the tenant, not only those visible from the scope.
+        #[arg(long)]
+        all: bool,
+        /// Write to a file instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Import JSON Lines (an export, or lines with a "content" field); `-` reads stdin.
+    Import {
+        /// File to read.
+        file: PathBuf,
+    },
+    /// The session brief (what the SessionStart hook injects).
+    Brief {
+        /// Character budget.
+        #[arg(long, default_value_t = 8000)]
+        max_chars: usize,
+    },
+    /// Audit chain tools.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+/// `hmg audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Recompute every tenant's hash chain and report the first broken link.
+    Verify,
+}
+
+/// Failures of the CLI adapter.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The facade failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Writing output failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+    /// No store directory could be determined.
+    #[error("no store directory: pass --store DIR or set HMG_STORE")]
+    NoStore,
+    /// An input file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Input {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Exit statuses of the CLI contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success, including no_op.
+    Ok = 0,
+    /// Internal failure.
+    Internal = 1,
+    /// Rejected or invalid request.
+    Rejected = 2,
+}
+
+/// The default store directory.
+pub fn default_store_dir() -> Option<PathBuf> {
+    dirs::data_dir().map(|d| d.join("hmg"))
+}
+
+/// Resolves the caller: the working directory's git scope and the OS user,
+/// with command-line overrides.
+pub fn resolve_caller(args: &ScopeArgs) -> Caller {
+    let tenant = args.tenant.clone().unwrap_or_else(crate::scope::os_user);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let mut scope = crate::scope::infer_scope(&tenant, &cwd);
+    if args.workspace.is_some() {
+        scope.workspace = args.workspace.clone();
+    }
+    if args.repository.is_some() {
+        scope.repository = args.repository.clone();
+    }
+    if args.branch.is_some() {
+        scope.branch = args.branch.clone();
+    }
+    Caller::new(scope, format!("cli:{}", crate::scope::os_user()))
+}
+
+fn write_json(out: &mut dyn Write, value: &impl Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| std::io::Error::other(e.to_string()))?;
+    writeln!(out, "{text}")?;
+    Ok(())
+}
+
+fn exit_for(effect: Effect) -> Exit {
+    match effect {
+        Effect::Rejected => Exit::Rejected,
+        _ => Exit::Ok,
+    }
+}
+
+/// Runs one command. Caller errors (invalid input, unknown atom) are
+/// printed — as `{"error": …}` JSON with `--json` — and give [`Exit::Rejected`].
+pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+    let json = cli.json;
+    match execute(cli, out, err) {
+        Err(CliError::Memory(error)) if error.is_caller_error() => {
+            if json {
+                let field = match &error {
+                    MemoryError::InvalidInput { field, .. } => Some(*field),
+                    _ => None,
+                };
+                write_json(out, &serde_json::json!({ "error": error.to_string(), "field": field }))?;
+            }
+            writeln!(err, "error: {error}")?;
+            Ok(Exit::Rejected)
+        }
+        other => other,
+    }
+}
+
+fn open(cli_store: Option<PathBuf>) -> Result<Memory, CliError> {
+    let dir = cli_store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
+    Ok(Memory::open(&dir)?)
+}
+
+fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+    let caller = resolve_caller(&cli.scope);
+    // `audit verify` checks every tenant unless one is named with --tenant.
+    let explicit_tenant = cli.scope.tenant.clone();
+    let json = cli.json;
+    let memory = open(cli.store)?;
+    match cli.command {
+        Command::Memorize { content, source, kind } => {
+            let kind: Kind = kind.parse().map_err(|e: crate::atom::UnknownValue| MemoryError::invalid("kind", e.to_string()))?;
+            let outcome = memory.memorize(&caller, MemorizeRequest::new(content).with_source(source).with_kind(kind))?;
+            if json {
+                write_json(out, &outcome)?;
+            } else {
+                match outcome.effect {
+                    Effect::Applied => writeln!(out, "memorized {}", outcome.atom_id.unwrap_or_default())?,
+                    Effect::NoOp => writeln!(out, "already known as {}", outcome.deduped_with.unwrap_or_default())?,
+                    Effect::Rejected => writeln!(out, "rejected: {}", outcome.reason.unwrap_or_default())?,
+                }
+                if !outcome.redactions.is_empty() {
+                    writeln!(out, "redacted: {}", outcome.redactions.join(", "))?;
+                }
+            }
+            Ok(exit_for(outcome.effect))
+        }
+        Command::Correct { atom, action, reason, new_content } => {
+            let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
+            let outcome = memory.correct(&caller, request)?;
+            if json {
+                write_json(out, &outcome)?;
+            } else {
+                match (&outcome.effect, &outcome.new_atom_id, &outcome.reason) {
+                    (Effect::Rejected, _, reason) => writeln!(out, "rejected: {}", reason.as_deref().unwrap_or(""))?,
+                    (_, Some(new_id), _) => writeln!(out, "replaced {} with {new_id}", outcome.target_atom)?,
+                    _ => writeln!(out, "corrected {}", outcome.target_atom)?,
+                }
+            }
+            Ok(exit_for(outcome.effect))
+        }
+        Command::Govern { atom, action, reason, lesson_content } => {
+            let request = GovernRequest { target_atom: atom, action: action.parse()?, reason, lesson_content };
+            let outcome = memory.govern(&caller, request)?;
+            if json {
+                write_json(out, &outcome)?;
+            } else {
+                match (&outcome.effect, &outcome.lesson_atom_id, &outcome.reason) {
+                    (Effect::Rejected, _, reason) => writeln!(out, "rejected: {}", reason.as_deref().unwrap_or(""))?,
+                    (_, Some(lesson), _) => writeln!(out, "derived lesson {lesson}; sealed {}", outcome.target_atom)?,
+                    _ => writeln!(out, "governed {}", outcome.target_atom)?,
+                }
+            }
+            Ok(exit_for(outcome.effect))
+        }
+        Command::Handoff { summary, source } => {
+            let outcome = memory.handoff(&caller, HandoffRequest { summary, source: Some(source) })?;
+            if json {
+                write_json(out, &outcome)?;
+            } else {
+                match outcome.effect {
+                    Effect::Rejected => writeln!(out, "rejected: {}", outcome.reason.as_deref().unwrap_or(""))?,
+                    _ => writeln!(out, "handoff stored as {}", outcome.atom_id.as_deref().unwrap_or(""))?,
+                }
+            }
+            Ok(exit_for(outcome.effect))
+        }
+        Command::Stats => {
+            let stats = memory.stats(&caller)?;
+            if json {
+                write_json(out, &stats)?;
+            } else {
+                writeln!(out, "atoms: {}\nedges: {}\nindexes: semantic {}, keyword {}, temporal {}, categorical {}\nsnapshot_version: {}",
+                    stats.atoms, stats.edges, stats.indexes.semantic, stats.indexes.keyword,
+                    stats.indexes.temporal, stats.indexes.categorical, stats.snapshot_version)?;
+            }
+            Ok(Exit::Ok)
+        }
+        Command::History { atom } => {
+            let history = memory.history(&caller, &atom)?;
+            if json {
+                write_json(out, &history)?;
+            } else {
+                writeln!(out, "chain of {} (head {}):", history.atom_id, history.head)?;
+                for a in &history.chain {
+                    writeln!(out, "  {} [{}] {} — {}", a.atom_id, a.status, a.created_at, a.content)?;
+                }
+                for a in &history.derived {
+                    writeln!(out, "  derived {} [{} {}] {}", a.atom_id, a.kind, a.status, a.content)?;
+                }
+                writeln!(out, "audit:")?;
+                for e in &history.audit {
+                    writeln!(out, "  #{} {} {} by {}{}", e.seq, e.time, e.action, e.actor,
+                        e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())?;
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Export { format, all, output } => {
+            let format: ExportFormat = format.parse()?;
+            let count = match output {
+                Some(path) => {
+                    let mut file = std::fs::File::create(&path).map_err(|source| CliError::Input { path: path.clone(), source })?;
+                    let count = memory.export(&caller, format, all, &mut file)?;
+                    file.sync_all()?;
+                    writeln!(err, "exported {count} records to {}", path.display())?;
+                    count
+                }
+                None => memory.export(&caller, format, all, out)?,
+            };
+            tracing::info!(count, "export finished");
+            Ok(Exit::Ok)
+        }
+        Command::Import { file } => {
+            let reader: Box<dyn std::io::BufRead> = if file.as_os_str() == "-" {
+                Box::new(std::io::BufReader::new(std::io::stdin()))
+            } else {
+                let handle = std::fs::File::open(&file).map_err(|source| CliError::Input { path: file.clone(), source })?;
+                Box::new(std::io::BufReader::new(handle))
+            };
+            let mut reader = reader;
+            let mut progress_error = None;
+            let report = memory.import(&caller, &mut reader, &mut |line| {
+                // One line per committed record: an acknowledgement.
+                let result = if json {
+                    serde_json::to_string(line).map_err(|e| std::io::Error::other(e.to_string())).and_then(|t| writeln!(out, "{t}"))
+                } else {
+                    writeln!(out, "line {}: {} {}{}", line.line, line.effect.as_str(), line.atom_id.as_deref().unwrap_or("-"),
+                        line.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
+                };
+                let result = result.and_then(|()| out.flush());
+                if let Err(error) = result {
+                    progress_error.get_or_insert(error);
+                }
+            })?;
+            if let Some(error) = progress_error {
+                return Err(CliError::Output(error));
+            }
+            writeln!(err, "imported {} lines: {} applied, {} no_op, {} rejected", report.lines, report.applied, report.no_op, report.rejected)?;
+            Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
+        }
+        Command::Brief { max_chars } => {
+            let brief = memory.brief(&caller, BriefOptions { max_chars, ..BriefOptions::default() })?;
+            if json {
+                write_json(out, &brief)?;
+            } else {
+                write!(out, "{}", brief.text)?;
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Audit { command: AuditCommand::Verify } => {
+            let results = memory.verify_audit(explicit_tenant.as_deref())?;
+            let ok = results.iter().all(|r| r.first_broken.is_none());
+            if json {
+                let tenants: Vec<_> = results.iter().map(|r| serde_json::json!({
+                    "tenant": r.tenant,
+                    "entries": r.entries,
+                    "ok": r.first_broken.is_none(),
+                    "first_broken": r.first_broken.as_ref().map(|b| serde_json::json!({
+                        "seq": b.seq, "entry": b.entry.map(|e| e.to_string()), "problem": b.problem,
+                    })),
+                })).collect();
+                write_json(out, &serde_json::json!({ "ok": ok, "tenants": tenants }))?;
+            } else {
+                for r in &results {
+                    match &r.first_broken {
+                        None => writeln!(out, "tenant {}: {} entries, chain intact", r.tenant, r.entries)?,
+                        Some(b) => writeln!(out, "tenant {}: BROKEN at entry #{} ({}): {}", r.tenant, b.seq,
+                            b.entry.map(|e| e.to_string()).unwrap_or_default(), b.problem)?,
+                    }
+                }
+                if results.is_empty() {
+                    writeln!(out, "no audit entries yet")?;
+                }
+            }
+            Ok(if ok { Exit::Ok } else { Exit::Rejected })
+        }
+    }
+}

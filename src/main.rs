@@ -1,0 +1,26 @@
+//! The `hmg` binary: parses arguments, sets up tracing (to stderr) and runs
+//! the library's CLI adapter.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = hmg::cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HMG_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let result = hmg::cli::run(cli, &mut stdout.lock(), &mut stderr.lock()).map_err(anyhow::Error::from);
+    match result {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(error) => {
+            eprintln!("hmg: {error:#}");
+            ExitCode::from(hmg::cli::Exit::Internal as u8)
+        }
+    }
+}
