@@ -1,0 +1,152 @@
+//! The `hmg` binary: the CLI contract (JSON fields, exit statuses, scope
+//! inference from the working directory).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub(crate) fn hmg(store: &Path, cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hmg"))
+        .args(args)
+        .env("HMG_STORE", store)
+        .env("USER", "cli-tester")
+        .current_dir(cwd)
+        .output()
+        .expect("hmg runs")
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is one JSON document ({e}): {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// A directory that looks like a clone of `owner/name` on `branch`.
+pub(crate) fn fake_repo(root: &Path, owner: &str, name: &str, branch: &str) -> std::path::PathBuf {
+    let repo = root.join(name);
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+    std::fs::write(repo.join(".git/HEAD"), format!("ref: refs/heads/{branch}\n")).unwrap();
+    std::fs::write(
+        repo.join(".git/config"),
+        format!("[core]\n\tbare = false\n[remote \"origin\"]\n\turl = git@github.com:{owner}/{name}.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n"),
+    )
+    .unwrap();
+    repo
+}
+
+#[test]
+fn memorize_recall_free_contract_and_exit_statuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let repo = fake_repo(tmp.path(), "acme", "widgets", "main");
+    let cwd = repo.join("src/deep");
+
+    let out = hmg(&store, &cwd, &["memorize", "本项目用 PostgreSQL 16 做主数据库", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let applied = json(&out);
+    assert_eq!(applied["effect"], "applied");
+    let atom = applied["atom_id"].as_str().unwrap().to_owned();
+    assert!(applied.get("reason").is_none() && applied.get("deduped_with").is_none());
+
+    let out = hmg(&store, &cwd, &["memorize", "本项目用 postgresql 16 做主数据库。", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "no_op exits 0");
+    let no_op = json(&out);
+    assert_eq!((no_op["effect"].as_str(), no_op["deduped_with"].as_str()), (Some("no_op"), Some(atom.as_str())));
+
+    let out = hmg(&store, &cwd, &["memorize", "   ", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "rejected exits 2");
+    assert_eq!(json(&out)["effect"], "rejected");
+
+    let out = hmg(&store, &cwd, &["correct", &atom, "rewrite", "--reason", "x", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "invalid exits 2");
+    let error = json(&out);
+    assert_eq!(error["field"], "action");
+    assert!(error["error"].as_str().unwrap().contains("rewrite"));
+
+    let out = hmg(&store, &cwd, &["correct", &atom, "replace", "--reason", "升级", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("new_content")));
+
+    let out = hmg(&store, &cwd, &["correct", &atom, "replace", "--reason", "升级", "--new-content", "主数据库升级到 PostgreSQL 17", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let replaced = json(&out);
+    assert_eq!(replaced["effect"], "applied");
+    assert_eq!(replaced["target_atom"], atom.as_str());
+    let head = replaced["new_atom_id"].as_str().unwrap().to_owned();
+
+    let out = hmg(&store, &cwd, &["govern", &head, "quarantine", "--reason", "check", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["effect"].as_str()), (Some(0), Some("applied")));
+    let out = hmg(&store, &cwd, &["govern", &head, "derive_lesson", "--reason", "r", "--lesson-content", "移行前に必ずバックアップを取る", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(json(&out)["lesson_atom_id"].is_string());
+
+    let out = hmg(&store, &cwd, &["handoff", "完成了数据库迁移；下一步：补集成测试", "--json"]);
+    assert_eq!(json(&out)["effect"], "applied");
+
+    let out = hmg(&store, &cwd, &["stats", "--json"]);
+    let stats = json(&out);
+    assert_eq!(stats["atoms"], 4);
+    assert!(stats["edges"].as_u64().unwrap() >= 3);
+    for index in ["semantic", "keyword", "temporal", "categorical"] {
+        assert!(stats["indexes"][index].is_u64(), "{index}");
+    }
+    // memorize, replace, quarantine, derive_lesson, handoff: five writes; the
+    // no_op, the rejection and the invalid requests wrote nothing.
+    assert_eq!(stats["snapshot_version"], 5);
+
+    let out = hmg(&store, &cwd, &["history", &atom, "--json"]);
+    let history = json(&out);
+    assert_eq!(history["chain"].as_array().unwrap().len(), 2);
+    assert_eq!(history["head"], head.as_str());
+    let scope = &history["chain"][0]["scope"];
+    assert_eq!((scope["tenant_id"].as_str(), scope["workspace"].as_str()), (Some("cli-tester"), Some("acme")));
+    assert_eq!((scope["repository"].as_str(), scope["branch"].as_str()), (Some("widgets"), Some("main")));
+
+    let out = hmg(&store, &cwd, &["brief"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("完成了数据库迁移") && text.contains("必ずバックアップ"), "{text}");
+
+    let out = hmg(&store, &cwd, &["audit", "verify", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["ok"], true);
+
+    let out = hmg(&store, &cwd, &["history", "nope", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = hmg(&store, &cwd, &["stats"]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains("snapshot_version"));
+}
+
+#[test]
+fn export_import_and_scope_overrides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let other_store = tmp.path().join("other");
+    let repo = fake_repo(tmp.path(), "acme", "widgets", "feature-x");
+    hmg(&store, &repo, &["memorize", "Widgets render with wgpu"]);
+    hmg(&store, &repo, &["memorize", "Gadgets are another repo", "--repository", "gadgets"]);
+    let out = hmg(&store, &repo, &["export"]);
+    let exported = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(exported.lines().count(), 1, "only atoms visible from this repository: {exported}");
+    let out = hmg(&store, &repo, &["export", "--all", "--format", "nquads"]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains("Gadgets are another repo"));
+    let file = tmp.path().join("export.jsonl");
+    std::fs::write(&file, &exported).unwrap();
+    let out = hmg(&other_store, &repo, &["import", file.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let ack: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(ack["effect"], "applied");
+    let out = hmg(&store, &repo, &["export", "--format", "turtle"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("turtle"));
+}
+
+#[test]
+fn a_locked_store_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let _open = hmg::Memory::open(&store).unwrap();
+    let out = hmg(&store, tmp.path(), &["stats"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+}

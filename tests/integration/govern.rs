@@ -1,0 +1,113 @@
+//! govern: quarantine, restore, seal, tombstone, derive_lesson.
+
+use hmg::{Effect, GovernAction, GovernRequest, Kind, Memory, MemoryError, Status};
+
+use super::{caller, id, memory, remember};
+
+fn request(target: &str, action: GovernAction, lesson: Option<&str>) -> GovernRequest {
+    GovernRequest { target_atom: target.to_owned(), action, reason: "governance test".into(), lesson_content: lesson.map(str::to_owned) }
+}
+
+#[test]
+fn quarantine_hides_content_and_restore_brings_it_back() {
+    let m = memory();
+    let c = caller("hmg");
+    let atom = remember(&m, &c, "田中さんの担当はキャッシュサーバー");
+    assert_eq!(m.govern(&c, request(&atom, GovernAction::Quarantine, None)).unwrap().effect, Effect::Applied);
+    let stored = m.atom("alice", id(&atom)).unwrap().unwrap();
+    assert_eq!(stored.status, Status::Quarantined);
+    assert_eq!(stored.content.as_deref(), Some("田中さんの担当はキャッシュサーバー"), "content kept");
+    assert!(stored.visible_content().starts_with("[quarantined"));
+    let history = m.history(&c, &atom).unwrap();
+    assert!(history.chain[0].content.starts_with("[quarantined"), "placeholder wherever shown");
+    let twice = m.govern(&c, request(&atom, GovernAction::Quarantine, None)).unwrap();
+    assert_eq!(twice.effect, Effect::Rejected);
+    assert_eq!(m.govern(&c, request(&atom, GovernAction::Restore, None)).unwrap().effect, Effect::Applied);
+    assert_eq!(m.atom("alice", id(&atom)).unwrap().unwrap().status, Status::Active);
+    let again = m.govern(&c, request(&atom, GovernAction::Restore, None)).unwrap();
+    assert_eq!(again.effect, Effect::Rejected);
+    assert!(again.reason.unwrap().contains("not quarantined"));
+}
+
+#[test]
+fn seal_is_audit_only() {
+    let m = memory();
+    let c = caller("hmg");
+    let atom = remember(&m, &c, "内部评审结论：方案B");
+    assert_eq!(m.govern(&c, request(&atom, GovernAction::Seal, None)).unwrap().effect, Effect::Applied);
+    let history = m.history(&c, &atom).unwrap();
+    assert!(history.chain[0].content.starts_with("[sealed"));
+    assert_eq!(m.govern(&c, request(&atom, GovernAction::Seal, None)).unwrap().effect, Effect::Rejected);
+    // Corrections cannot touch a sealed atom.
+    let corrected = m
+        .correct(&c, hmg::CorrectRequest { target_atom: atom, action: hmg::CorrectAction::Negate, reason: "x".into(), new_content: None })
+        .unwrap();
+    assert_eq!(corrected.effect, Effect::Rejected);
+}
+
+#[test]
+fn derive_lesson_seals_the_original_and_links_the_lesson() {
+    let m = memory();
+    let c = caller("hmg");
+    let atom = remember(&m, &c, "The CI config had OPENAI key sk-proj-abcdefghijklmnopqrstuvwxyz0123 pasted in");
+    let out = m
+        .govern(&c, request(&atom, GovernAction::DeriveLesson, Some("不要在代码或记忆中硬编码 API key，使用环境变量")))
+        .unwrap();
+    assert_eq!(out.effect, Effect::Applied);
+    let lesson = m.atom("alice", id(&out.lesson_atom_id.unwrap())).unwrap().unwrap();
+    assert_eq!(lesson.kind, Kind::Lesson);
+    assert_eq!(lesson.derived_from, vec![id(&atom)]);
+    assert_eq!(lesson.epistemic, hmg::Epistemic::Necessary);
+    assert_eq!(m.atom("alice", id(&atom)).unwrap().unwrap().status, Status::Sealed);
+    let history = m.history(&c, &atom).unwrap();
+    assert_eq!(history.derived.len(), 1);
+    assert!(history.audit.iter().any(|e| e.action == "govern.derive_lesson"));
+    let err = m.govern(&c, request(&atom, GovernAction::DeriveLesson, None)).unwrap_err();
+    assert!(matches!(err, MemoryError::InvalidInput { field: "lesson_content", .. }), "{err}");
+    let err = "delete".parse::<GovernAction>().unwrap_err();
+    assert!(err.to_string().contains("tombstone"));
+}
+
+fn files_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap().flatten() {
+                stack.push(entry.path());
+            }
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn tombstone_destroys_content_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = "tombstone-marker-7f3a9c1e5b2d8f4a6c0e";
+    let c = caller("hmg");
+    let (atom, keep) = {
+        let m = Memory::open(dir.path()).unwrap();
+        let atom = remember(&m, &c, &format!("The incident note {marker} mentions the old host"));
+        let keep = remember(&m, &c, "Keep this memory: the build uses cargo nextest");
+        m.store().flush().unwrap();
+        assert!(files_contain(dir.path(), marker.as_bytes()), "the test can see content on disk");
+        let out = m.govern(&c, request(&atom, GovernAction::Tombstone, None)).unwrap();
+        assert_eq!(out.effect, Effect::Applied);
+        let stored = m.atom("alice", id(&atom)).unwrap().unwrap();
+        assert_eq!((stored.status, stored.content), (Status::Tombstoned, None));
+        assert!(stored.entities.is_empty());
+        assert_eq!(m.govern(&c, request(&atom, GovernAction::Tombstone, None)).unwrap().effect, Effect::Rejected);
+        (atom, keep)
+    };
+    assert!(!files_contain(dir.path(), marker.as_bytes()), "tombstoned content must be gone from every store file");
+    let m = Memory::open(dir.path()).unwrap();
+    let history = m.history(&c, &atom).unwrap();
+    assert_eq!(history.chain[0].status, "tombstoned");
+    assert!(history.audit.iter().any(|e| e.action == "govern.tombstone"));
+    assert_eq!(m.atom("alice", id(&keep)).unwrap().unwrap().content.as_deref(), Some("Keep this memory: the build uses cargo nextest"));
+    assert!(m.verify_audit(None).unwrap().iter().all(|t| t.first_broken.is_none()));
+}

@@ -1,0 +1,37 @@
+//! Integration tests: the public API (the `Memory` facade) and the `hmg`
+//! binary, one module per topic.
+
+mod audit;
+mod brief;
+mod cli;
+mod correct;
+mod crash;
+mod export;
+mod govern;
+mod memorize;
+mod queries;
+mod redaction;
+
+use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};
+
+/// A caller in repository `repo` of tenant `alice`, branch main.
+pub fn caller(repo: &str) -> Caller {
+    Caller::new(Scope::tenant("alice").with_workspace("acme").with_repository(repo).with_branch("main"), "test")
+}
+
+/// An in-memory store.
+pub fn memory() -> Memory {
+    Memory::open_in_memory().expect("in-memory store opens")
+}
+
+/// Memorizes `content` and returns its id, asserting it was applied.
+pub fn remember(memory: &Memory, caller: &Caller, content: &str) -> String {
+    let outcome = memory.memorize(caller, MemorizeRequest::new(content).with_source("user")).expect("memorize works");
+    assert_eq!(outcome.effect, Effect::Applied, "{content}: {outcome:?}");
+    outcome.atom_id.expect("applied outcome has an id")
+}
+
+/// Parses an id returned by the facade.
+pub fn id(text: &str) -> hmg::AtomId {
+    hmg::atom::parse_atom_id(text).expect("facade returns valid ids")
+}

@@ -1,0 +1,114 @@
+//! Golden tests: every query in `queries/` against a fixed fixture, with the
+//! rows it must return.
+
+use hmg::store::{self, NamedQuery};
+use oxigraph::model::{Literal, Term};
+use oxigraph::sparql::QuerySolution;
+
+use super::{caller, id, memory, remember};
+
+fn column(rows: &[QuerySolution], name: &str) -> Vec<String> {
+    rows.iter()
+        .map(|row| match row.get(name) {
+            Some(Term::NamedNode(n)) => n.as_str().to_owned(),
+            Some(Term::Literal(l)) => l.value().to_owned(),
+            Some(other) => other.to_string(),
+            None => "-".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn every_query_returns_its_golden_rows() {
+    let m = memory();
+    let c = caller("hmg");
+    let a = remember(&m, &c, "主数据库用 MongoDB");
+    let b = m
+        .correct(&c, hmg::CorrectRequest {
+            target_atom: a.clone(),
+            action: hmg::CorrectAction::Replace,
+            reason: "迁移".into(),
+            new_content: Some("主数据库用 PostgreSQL 16".into()),
+        })
+        .unwrap()
+        .new_atom_id
+        .unwrap();
+    let lesson = m
+        .govern(&c, hmg::GovernRequest {
+            target_atom: a.clone(),
+            action: hmg::GovernAction::DeriveLesson,
+            reason: "history".into(),
+            lesson_content: Some("数据库选型必须评估事务需求".into()),
+        })
+        .unwrap()
+        .lesson_atom_id
+        .unwrap();
+    let atom = |x: &str| store::atom_iri(id(x)).into_string();
+    let s = m.store();
+    let mut checked = Vec::new();
+    for query in NamedQuery::ALL {
+        checked.push(*query);
+        match query {
+            NamedQuery::FindByContentHash => {
+                let hash = hmg::text::content_hash("主数据库用 postgresql 16。");
+                let rows = s.select(*query, "alice", &[("hash", Literal::from(hash).into())]).unwrap();
+                assert_eq!(column(&rows, "atom"), [atom(&b)]);
+                assert_eq!(column(&rows, "status"), ["active"]);
+                assert_eq!(column(&rows, "repository"), ["hmg"]);
+                assert_eq!(column(&rows, "workspace"), ["acme"]);
+            }
+            NamedQuery::RevisionsOf => {
+                let rows = s.select(*query, "alice", &[("atom", store::atom_iri(id(&a)).into())]).unwrap();
+                assert_eq!(column(&rows, "next"), [atom(&b)]);
+                let rows = s.select(*query, "alice", &[("atom", store::atom_iri(id(&b)).into())]).unwrap();
+                assert!(rows.is_empty());
+            }
+            NamedQuery::DerivedFrom => {
+                let rows = s.select(*query, "alice", &[("atom", store::atom_iri(id(&a)).into())]).unwrap();
+                assert_eq!(column(&rows, "derived"), [atom(&lesson)]);
+                assert_eq!(column(&rows, "status"), ["active"]);
+            }
+            NamedQuery::AuditOfAtom => {
+                let rows = s.select(*query, "alice", &[("atom", store::atom_iri(id(&a)).into())]).unwrap();
+                assert_eq!(column(&rows, "action"), ["memorize", "correct.replace", "govern.derive_lesson"]);
+                assert_eq!(column(&rows, "seq"), ["1", "2", "3"]);
+                assert_eq!(column(&rows, "statusAfter"), ["active", "superseded", "sealed"]);
+            }
+            NamedQuery::AuditChain => {
+                let rows = s.select(*query, "alice", &[]).unwrap();
+                assert_eq!(column(&rows, "action"), ["memorize", "correct.replace", "govern.derive_lesson"]);
+                assert_eq!(column(&rows, "generated"), [atom(&a), atom(&b), atom(&lesson)]);
+                assert_eq!(column(&rows, "reason"), ["-", "迁移", "history"]);
+                assert_eq!(column(&rows, "prevHash")[0], hmg::audit::GENESIS_HASH);
+            }
+            NamedQuery::ActiveAtoms => {
+                let rows = s.select(*query, "alice", &[]).unwrap();
+                let mut ids = column(&rows, "atom");
+                ids.sort();
+                let mut expected = vec![atom(&b), atom(&lesson)];
+                expected.sort();
+                assert_eq!(ids, expected);
+                let kinds = column(&rows, "kind");
+                assert!(kinds.contains(&"https://w3id.org/hmg/ns#Lesson".to_owned()));
+                assert!(kinds.contains(&"https://w3id.org/hmg/ns#Fact".to_owned()));
+                assert_eq!(column(&rows, "branch"), ["main", "main"]);
+            }
+            NamedQuery::AllAtoms => {
+                let rows = s.select(*query, "alice", &[]).unwrap();
+                assert_eq!(column(&rows, "atom"), [atom(&a), atom(&b), atom(&lesson)]);
+            }
+            NamedQuery::Stats => {
+                let rows = s.select(*query, "alice", &[]).unwrap();
+                assert_eq!(column(&rows, "atoms"), ["3"]);
+                // mentions: MongoDB; PostgreSQL and "PostgreSQL 16"; none in the lesson; + 1 revision + 1 derivation.
+                assert_eq!(column(&rows, "edges"), ["5"]);
+                assert_eq!(column(&rows, "temporal"), ["3"]);
+            }
+        }
+    }
+    assert_eq!(checked.len(), NamedQuery::ALL.len());
+    // Confinement: the same queries see nothing from another tenant.
+    assert!(s.select(NamedQuery::AllAtoms, "bob", &[]).unwrap().is_empty());
+    let _ = remember(&m, &hmg::Caller::new(hmg::Scope::tenant("bob"), "t"), "bob's own memory");
+    assert_eq!(s.select(NamedQuery::AllAtoms, "alice", &[]).unwrap().len(), 3);
+}
