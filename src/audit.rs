@@ -113,20 +113,8 @@ pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid,
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
     let tenant_iri = tenant_node(tenant);
-    let (seq, prev_hash) = match tx.object(tenant_iri.as_ref(), hmg::AUDIT_HEAD, graph)? {
-        Some(Term::NamedNode(head)) => {
-            let seq = tx
-                .object(head.as_ref(), hmg::SEQ, graph)?
-                .map(|t| store::integer_of(&t))
-                .transpose()?
-                .ok_or_else(|| StoreError::Corrupt(format!("audit head {head} has no seq")))?;
-            let hash = match tx.object(head.as_ref(), hmg::HASH, graph)? {
-                Some(Term::Literal(l)) => l.value().to_owned(),
-                _ => return Err(StoreError::Corrupt(format!("audit head {head} has no hash"))),
-            };
-            (seq.max(0) as u64 + 1, hash)
-        }
-        Some(other) => return Err(StoreError::Corrupt(format!("audit head is not an IRI: {other}"))),
+    let (seq, prev_hash) = match tx.audit_head(tenant)? {
+        Some(head) => (head.seq + 1, head.hash),
         None => {
             tx.insert(QuadRef::new(&tenant_iri, RDF_TYPE, hmg::TENANT, graph));
             tx.insert(QuadRef::new(&tenant_iri, RDFS_LABEL, &Literal::from(tenant), graph));
@@ -182,7 +170,7 @@ pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid,
     }
     tx.insert(QuadRef::new(&iri, hmg::PREV_HASH, &Literal::from(entry.prev_hash.as_str()), graph));
     tx.insert(QuadRef::new(&iri, hmg::HASH, &Literal::from(entry.hash.as_str()), graph));
-    tx.set(tenant_iri.as_ref(), hmg::AUDIT_HEAD, &Term::NamedNode(iri), graph)?;
+    tx.set_audit_head(tenant, store::AuditHead { entry: iri, seq: entry.seq, hash: entry.hash.clone() })?;
     Ok(entry)
 }
 

@@ -18,6 +18,7 @@
 mod layout;
 pub mod queries;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -82,8 +83,29 @@ pub struct Store {
     inner: RwLock<oxigraph::store::Store>,
     /// Root directory (`None` for an in-memory store).
     root: Option<PathBuf>,
-    /// Serializes writers.
-    write_lock: Mutex<()>,
+    /// Serializes writers and caches what only writers change.
+    writer: Mutex<WriterState>,
+}
+
+/// What the single writer knows without reading it back. RocksDB keeps a
+/// tombstone for every replaced `snapshotVersion` and `auditHead` quad until
+/// its memtable is flushed, so *seeking* their current value costs O(writes);
+/// the writer reads each once, then deletes and inserts exact quads.
+#[derive(Debug, Default)]
+struct WriterState {
+    version: Option<i64>,
+    audit_heads: HashMap<String, Option<AuditHead>>,
+}
+
+/// The newest audit entry of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditHead {
+    /// Entry IRI.
+    pub entry: NamedNode,
+    /// Its position in the chain.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
 }
 
 impl std::fmt::Debug for Store {
@@ -103,7 +125,7 @@ impl Store {
                 StoreError::Storage(source)
             }
         })?;
-        let store = Store { inner: RwLock::new(inner), root: Some(root.to_path_buf()), write_lock: Mutex::new(()) };
+        let store = Store { inner: RwLock::new(inner), root: Some(root.to_path_buf()), writer: Mutex::new(WriterState::default()) };
         store.init_metadata()?;
         if layout::vacuum_pending(root) {
             tracing::info!("finishing a vacuum interrupted before the last shutdown");
@@ -117,7 +139,7 @@ impl Store {
         let store = Store {
             inner: RwLock::new(oxigraph::store::Store::new()?),
             root: None,
-            write_lock: Mutex::new(()),
+            writer: Mutex::new(WriterState::default()),
         };
         store.init_metadata()?;
         Ok(store)
@@ -226,13 +248,29 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let _writer = self.write_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let store = self.handle();
         let tx = store.start_transaction().map_err(StoreError::from)?;
-        let mut write_tx = WriteTx { tx };
-        let value = body(&mut write_tx)?;
-        let version = write_tx.bump_version()?;
-        write_tx.tx.commit().map_err(StoreError::from)?;
+        let cached = std::mem::take(&mut *state);
+        let version = cached.version;
+        let mut write_tx = WriteTx { tx, cached, version, heads: HashMap::new() };
+        let outcome = body(&mut write_tx).and_then(|value| Ok((value, write_tx.bump_version()?)));
+        let WriteTx { tx, mut cached, heads, .. } = write_tx;
+        let (value, version) = match outcome {
+            Ok(done) => done,
+            Err(error) => {
+                *state = cached;
+                return Err(error);
+            }
+        };
+        if let Err(error) = tx.commit() {
+            *state = cached;
+            return Err(StoreError::from(error).into());
+        }
+        // Only a committed transaction may update the cache.
+        cached.version = Some(version);
+        cached.audit_heads.extend(heads);
+        *state = cached;
         tracing::debug!(snapshot_version = version, "write committed");
         Ok(value)
     }
@@ -244,7 +282,7 @@ impl Store {
     /// vacuum is finished at the next open.
     pub fn vacuum(&self) -> Result<()> {
         let Some(root) = &self.root else { return Ok(()) };
-        let _writer = self.write_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         layout::mark_vacuum_pending(root)?;
         let old = self.handle();
         let next_dir = layout::next_generation_dir(root)?;
@@ -285,6 +323,10 @@ impl Store {
 /// The one open write transaction. Reads inside it see its own writes.
 pub struct WriteTx<'a> {
     tx: Transaction<'a>,
+    cached: WriterState,
+    version: Option<i64>,
+    /// Audit heads read or written in this transaction.
+    heads: HashMap<String, Option<AuditHead>>,
 }
 
 impl WriteTx<'_> {
@@ -326,15 +368,61 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    fn bump_version(&mut self) -> Result<u64> {
+    fn bump_version(&mut self) -> Result<i64> {
         let graph: GraphNameRef<'_> = SYSTEM_GRAPH.into();
-        let current = match self.object(STORE_NODE, hmg::SNAPSHOT_VERSION, graph)? {
-            Some(term) => integer_of(&term)?,
-            None => 0,
+        let current = match self.version {
+            Some(version) => version,
+            None => match self.object(STORE_NODE, hmg::SNAPSHOT_VERSION, graph)? {
+                Some(term) => integer_of(&term)?,
+                None => 0,
+            },
         };
         let next = current + 1;
-        self.set(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(next).into(), graph)?;
-        Ok(next.max(0) as u64)
+        self.tx.remove(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(current), graph));
+        self.tx.insert(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(next), graph));
+        self.version = Some(next);
+        Ok(next)
+    }
+
+    /// The newest audit entry of `tenant` (read from the store once per
+    /// process, then from the writer's cache).
+    pub fn audit_head(&mut self, tenant: &str) -> Result<Option<AuditHead>> {
+        if let Some(head) = self.heads.get(tenant).or_else(|| self.cached.audit_heads.get(tenant)) {
+            return Ok(head.clone());
+        }
+        let graph_node = tenant_graph(tenant);
+        let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+        let head = match self.object(graph_node.as_ref(), hmg::AUDIT_HEAD, graph)? {
+            None => None,
+            Some(Term::NamedNode(entry)) => {
+                let seq = self
+                    .object(entry.as_ref(), hmg::SEQ, graph)?
+                    .map(|t| integer_of(&t))
+                    .transpose()?
+                    .ok_or_else(|| StoreError::Corrupt(format!("audit head {entry} has no seq")))?;
+                let hash = match self.object(entry.as_ref(), hmg::HASH, graph)? {
+                    Some(Term::Literal(l)) => l.value().to_owned(),
+                    _ => return Err(StoreError::Corrupt(format!("audit head {entry} has no hash"))),
+                };
+                Some(AuditHead { entry, seq: seq.max(0) as u64, hash })
+            }
+            Some(other) => return Err(StoreError::Corrupt(format!("audit head is not an IRI: {other}"))),
+        };
+        self.heads.insert(tenant.to_owned(), head.clone());
+        Ok(head)
+    }
+
+    /// Makes `head` the newest audit entry of `tenant`.
+    pub fn set_audit_head(&mut self, tenant: &str, head: AuditHead) -> Result<()> {
+        let previous = self.audit_head(tenant)?;
+        let graph_node = tenant_graph(tenant);
+        let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+        if let Some(previous) = previous {
+            self.tx.remove(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &previous.entry, graph));
+        }
+        self.tx.insert(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &head.entry, graph));
+        self.heads.insert(tenant.to_owned(), Some(head));
+        Ok(())
     }
 }
 
