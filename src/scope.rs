@@ -158,11 +158,17 @@ impl Scope {
     }
 }
 
-/// The OS user name, the default tenant.
+/// The OS user name, the default tenant: `USER`, `LOGNAME` or `USERNAME`,
+/// else the name of the home directory, else `local`.
 pub fn os_user() -> String {
     ["USER", "LOGNAME", "USERNAME"]
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+        .or_else(|| {
+            dirs::home_dir()
+                .and_then(|home| home.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .filter(|n| !n.is_empty())
+        })
         .unwrap_or_else(|| "local".to_owned())
 }
 
