@@ -144,6 +144,9 @@ pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid,
     tx.insert(QuadRef::new(&iri, RDF_TYPE, hmg::AUDIT_ENTRY, graph));
     tx.insert(QuadRef::new(&iri, RDF_TYPE, prov::ACTIVITY, graph));
     tx.insert(QuadRef::new(&iri, hmg::SEQ, &Literal::from(entry.seq as i64), graph));
+    // The store version of this write: the change feed derived indexes replay.
+    let version = tx.version()?;
+    tx.insert(QuadRef::new(&iri, hmg::SNAPSHOT_VERSION, &Literal::from(version as i64), graph));
     tx.insert(QuadRef::new(&iri, prov::AT_TIME, &datetime_literal(entry.time), graph));
     tx.insert(QuadRef::new(&iri, prov::WAS_ASSOCIATED_WITH, &actor, graph));
     tx.insert(QuadRef::new(&actor, RDF_TYPE, hmg::ACTOR, graph));

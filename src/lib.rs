@@ -20,16 +20,24 @@
 pub mod atom;
 pub mod audit;
 pub mod cli;
+pub mod embed;
+pub mod eval;
+pub mod graph;
+pub mod indexes;
+pub mod keyword;
 pub mod memory;
+pub mod recall;
 pub mod scope;
 pub mod store;
 pub mod text;
+pub mod vector;
 pub mod vocab;
 
 pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
     AtomView, AuditView, Brief, BriefOptions, Caller, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
     ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport,
-    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, Stats,
+    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, Stats,
 };
+pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};
 pub use scope::Scope;

@@ -65,6 +65,20 @@ pub enum Command {
         #[arg(long, default_value = "fact")]
         kind: String,
     },
+    /// Search memories with a noun phrase (memory_recall).
+    Recall {
+        /// What to find: a noun phrase naming the key entities, any language.
+        query: String,
+        /// At most this many results (1–100).
+        #[arg(long, default_value_t = 10)]
+        max_results: usize,
+        /// Include negated memories.
+        #[arg(long)]
+        include_negated: bool,
+        /// Show each stage's contribution (keyword, semantic, entity, graph, boosts).
+        #[arg(long)]
+        explain: bool,
+    },
     /// Correct a memory (memory_correct): negate, confirm_actual, confirm_necessary, demote, replace.
     Correct {
         /// Atom id.
@@ -129,6 +143,26 @@ pub enum Command {
         #[arg(long, default_value_t = 8000)]
         max_chars: usize,
     },
+    /// Rebuild every derived index (keyword, semantic, graph) from the store.
+    Reindex,
+    /// Measure recall quality on a benchmark (JSON Lines of bench/README.md) in a fresh in-memory store.
+    Eval {
+        /// Memories file.
+        #[arg(long)]
+        memories: PathBuf,
+        /// Queries file.
+        #[arg(long)]
+        queries: PathBuf,
+        /// Write the per-query ranking here ({"query_id", "ranked"} lines).
+        #[arg(long)]
+        run_out: Option<PathBuf>,
+        /// Results ranked per query (at least 10).
+        #[arg(long, default_value_t = 50)]
+        depth: usize,
+        /// Fusion method: rrf or mix.
+        #[arg(long, default_value = "rrf")]
+        fusion: String,
+    },
     /// Audit chain tools.
     Audit {
         /// What to do.
@@ -156,6 +190,9 @@ pub enum CliError {
     /// No store directory could be determined.
     #[error("no store directory: pass --store DIR or set HMG_STORE")]
     NoStore,
+    /// An evaluation failed.
+    #[error(transparent)]
+    Eval(#[from] crate::eval::EvalError),
     /// An input file could not be read.
     #[error("cannot read {path}: {source}")]
     Input {
@@ -230,8 +267,21 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             writeln!(err, "error: {error}")?;
             Ok(Exit::Rejected)
         }
+        Err(CliError::Eval(error @ (crate::eval::EvalError::Io { .. } | crate::eval::EvalError::Format { .. }))) => {
+            report_bad_input(&error.to_string(), json, out, err)
+        }
+        Err(error @ CliError::Input { .. }) => report_bad_input(&error.to_string(), json, out, err),
         other => other,
     }
+}
+
+/// A file the user named could not be used: their error, exit 2.
+fn report_bad_input(message: &str, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+    if json {
+        write_json(out, &serde_json::json!({ "error": message }))?;
+    }
+    writeln!(err, "error: {message}")?;
+    Ok(Exit::Rejected)
 }
 
 fn open(cli_store: Option<PathBuf>) -> Result<Memory, CliError> {
@@ -240,12 +290,44 @@ fn open(cli_store: Option<PathBuf>) -> Result<Memory, CliError> {
 }
 
 fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+    if let Command::Eval { memories, queries, run_out, depth, fusion } = &cli.command {
+        let fusion = match fusion.as_str() {
+            "rrf" => crate::recall::Fusion::Rrf,
+            "mix" => crate::recall::Fusion::Mix,
+            other => return Err(MemoryError::invalid("fusion", format!("unknown fusion '{other}'; expected rrf or mix")).into()),
+        };
+        let options = crate::MemoryOptions::default().with_recall(crate::RecallConfig { fusion, ..crate::RecallConfig::default() });
+        let report = crate::eval::run(memories, queries, run_out.as_deref(), *depth, options, &mut |line| {
+            let _ = writeln!(err, "eval: {line}");
+        })?;
+        if cli.json {
+            write_json(out, &report)?;
+        } else {
+            crate::eval::render(&report, out)?;
+        }
+        return Ok(Exit::Ok);
+    }
     let caller = resolve_caller(&cli.scope);
     // `audit verify` checks every tenant unless one is named with --tenant.
     let explicit_tenant = cli.scope.tenant.clone();
     let json = cli.json;
     let memory = open(cli.store)?;
-    match cli.command {
+    let exit = dispatch(cli.command, &memory, &caller, explicit_tenant, json, out, err)?;
+    memory.persist_indexes()?;
+    Ok(exit)
+}
+
+fn dispatch(
+    command: Command,
+    memory: &Memory,
+    caller: &Caller,
+    explicit_tenant: Option<String>,
+    json: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Exit, CliError> {
+    let caller = caller.clone();
+    match command {
         Command::Memorize { content, source, kind } => {
             let kind: Kind = kind.parse().map_err(|e: crate::atom::UnknownValue| MemoryError::invalid("kind", e.to_string()))?;
             let outcome = memory.memorize(&caller, MemorizeRequest::new(content).with_source(source).with_kind(kind))?;
@@ -263,6 +345,39 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             }
             Ok(exit_for(outcome.effect))
         }
+        Command::Recall { query, max_results, include_negated, explain } => {
+            let request = crate::RecallRequest { query, max_results, include_negated, explain };
+            let outcome = memory.recall(&caller, request)?;
+            if json {
+                write_json(out, &outcome)?;
+            } else {
+                if let Some(warning) = &outcome.warning {
+                    writeln!(err, "warning: {warning}")?;
+                }
+                if outcome.atoms.is_empty() {
+                    writeln!(out, "no memories found")?;
+                }
+                for atom in &outcome.atoms {
+                    writeln!(out, "{:.3}  {}  [{} {}] {}", atom.score, atom.atom_id, atom.kind, atom.source, atom.content)?;
+                    if let Some(explain) = &atom.explain {
+                        writeln!(out, "       {}", serde_json::to_string(explain).unwrap_or_default())?;
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Reindex => {
+            let started = std::time::Instant::now();
+            memory.reindex(&mut |stage, done, total| {
+                if done == total || done % 1000 < 64 {
+                    let _ = writeln!(err, "reindex: {stage} {done} / {total}");
+                }
+            })?;
+            let stats = memory.stats(&caller)?;
+            writeln!(out, "reindexed in {:.1} s: keyword {}, semantic {}", started.elapsed().as_secs_f64(), stats.indexes.keyword, stats.indexes.semantic)?;
+            Ok(Exit::Ok)
+        }
+        Command::Eval { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
             let outcome = memory.correct(&caller, request)?;

@@ -83,12 +83,15 @@ pub enum MemoryError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A derived index failed.
+    #[error(transparent)]
+    Index(#[from] crate::indexes::IndexError),
 }
 
 impl MemoryError {
     /// Whether the caller can fix this by changing the request.
     pub fn is_caller_error(&self) -> bool {
-        !matches!(self, MemoryError::Store(_))
+        !matches!(self, MemoryError::Store(_) | MemoryError::Index(_))
     }
 
     pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
@@ -140,9 +143,58 @@ impl Effect {
     }
 }
 
+/// Which sentence-embedding model to use.
+#[derive(Clone, Default)]
+pub enum EmbedderChoice {
+    /// From the environment (`HMG_EMBEDDER`, `HMG_MODEL_DIR`, `ORT_DYLIB_PATH`).
+    #[default]
+    FromEnv,
+    /// No semantic search.
+    Disabled,
+    /// This one.
+    Given(std::sync::Arc<dyn crate::embed::Embedder>),
+}
+
+impl std::fmt::Debug for EmbedderChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmbedderChoice::FromEnv => f.write_str("FromEnv"),
+            EmbedderChoice::Disabled => f.write_str("Disabled"),
+            EmbedderChoice::Given(e) => write!(f, "Given({})", e.id()),
+        }
+    }
+}
+
+/// How to open a [`Memory`].
+#[derive(Debug, Clone, Default)]
+pub struct MemoryOptions {
+    /// Embedding model.
+    pub embedder: EmbedderChoice,
+    /// Recall tuning.
+    pub recall: crate::recall::RecallConfig,
+}
+
+impl MemoryOptions {
+    /// Builder: embedding model.
+    #[must_use]
+    pub fn with_embedder(mut self, embedder: EmbedderChoice) -> MemoryOptions {
+        self.embedder = embedder;
+        self
+    }
+
+    /// Builder: recall tuning.
+    #[must_use]
+    pub fn with_recall(mut self, recall: crate::recall::RecallConfig) -> MemoryOptions {
+        self.recall = recall;
+        self
+    }
+}
+
 /// The facade. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Memory {
     store: Store,
+    indexes: crate::indexes::Indexes,
+    pub(crate) recall_config: crate::recall::RecallConfig,
     ids: Mutex<ulid::Generator>,
 }
 
@@ -153,18 +205,46 @@ impl std::fmt::Debug for Memory {
 }
 
 impl Memory {
-    /// Opens the store in directory `path`, creating it if needed.
+    /// Opens the store in directory `path`, creating it if needed, with the
+    /// embedding model the environment names.
     pub fn open(path: &Path) -> Result<Memory> {
-        Ok(Memory::with_store(Store::open(path)?))
+        Memory::open_with(Some(path), MemoryOptions::default())
     }
 
-    /// A memory in RAM (tests, examples).
+    /// A memory in RAM without semantic search (tests, examples).
     pub fn open_in_memory() -> Result<Memory> {
-        Ok(Memory::with_store(Store::open_in_memory()?))
+        Memory::open_with(None, MemoryOptions::default().with_embedder(EmbedderChoice::Disabled))
     }
 
-    fn with_store(store: Store) -> Memory {
-        Memory { store, ids: Mutex::new(ulid::Generator::new()) }
+    /// Opens a store on disk (`Some(dir)`) or in RAM (`None`) with options.
+    pub fn open_with(path: Option<&Path>, options: MemoryOptions) -> Result<Memory> {
+        let store = match path {
+            Some(path) => Store::open(path)?,
+            None => Store::open_in_memory()?,
+        };
+        let embedder = match options.embedder {
+            EmbedderChoice::FromEnv => crate::embed::from_env(),
+            EmbedderChoice::Disabled => Ok(None),
+            EmbedderChoice::Given(embedder) => Ok(Some(embedder)),
+        };
+        let index_dir = path.map(|p| p.join("index"));
+        let indexes = crate::indexes::Indexes::open(index_dir.as_deref(), &store, embedder)?;
+        Ok(Memory { store, indexes, recall_config: options.recall, ids: Mutex::new(ulid::Generator::new()) })
+    }
+
+    /// The derived indexes.
+    pub fn indexes(&self) -> &crate::indexes::Indexes {
+        &self.indexes
+    }
+
+    /// Rebuilds every index from the store (`hmg reindex`).
+    pub fn reindex(&self, progress: crate::indexes::Progress<'_>) -> Result<()> {
+        Ok(self.indexes.rebuild(&self.store, progress)?)
+    }
+
+    /// Makes index changes durable (call before shutting down).
+    pub fn persist_indexes(&self) -> Result<()> {
+        Ok(self.indexes.persist()?)
     }
 
     /// The underlying store (SPARQL, audit verification, tests).
@@ -469,12 +549,15 @@ impl Memory {
     pub(crate) fn apply(&self, caller: &Caller, mutation: Mutation<'_>) -> Result<()> {
         let tenant = &caller.scope.tenant_id;
         let audit_id = self.next_id();
+        // Embed before taking the writer lock: no model runs under it.
+        let vector = mutation.created.and_then(|(atom, _)| self.indexes.embed_atom(atom).map(|v| (atom.id, v)));
         if mutation.destroy_content {
             self.store.mark_vacuum_pending()?;
         }
         let span = tracing::info_span!("write", action = %mutation.action, %tenant);
         let _entered = span.enter();
-        self.store.write(|tx| {
+        let version = self.store.write(|tx| {
+            let version = tx.version()?;
             if let Some((atom, entities)) = mutation.created {
                 insert_atom(tx, atom, entities)?;
             }
@@ -519,10 +602,15 @@ impl Memory {
                 audit_id,
                 Memory::now(),
             )?;
-            Ok::<_, MemoryError>(())
+            Ok::<_, MemoryError>(version)
         })?;
         if mutation.destroy_content {
             self.store.vacuum()?;
+        }
+        let touched: Vec<AtomId> = mutation.target.map(|t| t.id).into_iter().chain(mutation.created.map(|(a, _)| a.id)).collect();
+        if let Err(error) = self.indexes.on_change(&self.store, tenant, &touched, version, vector) {
+            // The write is committed; the indexes catch up at the next open.
+            tracing::error!(%error, version, "index update failed after a committed write");
         }
         Ok(())
     }

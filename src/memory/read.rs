@@ -178,6 +178,9 @@ pub struct Stats {
     pub indexes: IndexCounts,
     /// Store-wide write counter; increases with every write.
     pub snapshot_version: u64,
+    /// Why semantic coverage is 0, when it is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 fn count(solution: &oxigraph::sparql::QuerySolution, name: &str) -> Result<u64> {
@@ -193,17 +196,18 @@ impl Memory {
     pub fn stats(&self, caller: &Caller) -> Result<Stats> {
         let rows = self.store.select(NamedQuery::Stats, &caller.scope.tenant_id, &[])?;
         let row = rows.first().ok_or_else(|| StoreError::Corrupt("stats query returned no row".to_owned()))?;
+        let (keyword, semantic) = self.indexes().counts(&caller.scope.tenant_id)?;
         Ok(Stats {
             atoms: count(row, "atoms")?,
             edges: count(row, "edges")?,
             indexes: IndexCounts {
-                // The keyword and semantic indexes arrive with hybrid recall.
-                semantic: 0,
-                keyword: 0,
+                semantic,
+                keyword,
                 temporal: count(row, "temporal")?,
                 categorical: count(row, "categorical")?,
             },
             snapshot_version: self.store.snapshot_version()?,
+            warning: self.indexes().semantic_note().map(str::to_owned),
         })
     }
 

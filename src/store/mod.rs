@@ -209,6 +209,13 @@ impl Store {
         }
     }
 
+    /// Runs a maintenance query across every graph (the change feed); never
+    /// reachable from a caller's request.
+    #[doc(hidden)]
+    pub fn select_all_graphs(&self, query: NamedQuery, bindings: &[(&str, Term)]) -> Result<Vec<QuerySolution>> {
+        self.select_in(query, None, bindings)
+    }
+
     /// Every quad of `subject` in `tenant`'s graph.
     pub fn describe(&self, tenant: &str, subject: NamedNodeRef<'_>) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);
@@ -368,15 +375,26 @@ impl WriteTx<'_> {
         Ok(())
     }
 
+    fn current_version(&self) -> Result<i64> {
+        match self.version {
+            Some(version) => Ok(version),
+            None => match self.object(STORE_NODE, hmg::SNAPSHOT_VERSION, SYSTEM_GRAPH.into())? {
+                Some(term) => integer_of(&term),
+                None => Ok(0),
+            },
+        }
+    }
+
+    /// The snapshot version this transaction will commit as.
+    pub fn version(&mut self) -> Result<u64> {
+        let current = self.current_version()?;
+        self.version = Some(current);
+        Ok((current + 1).max(0) as u64)
+    }
+
     fn bump_version(&mut self) -> Result<i64> {
         let graph: GraphNameRef<'_> = SYSTEM_GRAPH.into();
-        let current = match self.version {
-            Some(version) => version,
-            None => match self.object(STORE_NODE, hmg::SNAPSHOT_VERSION, graph)? {
-                Some(term) => integer_of(&term)?,
-                None => 0,
-            },
-        };
+        let current = self.current_version()?;
         let next = current + 1;
         self.tx.remove(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(current), graph));
         self.tx.insert(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(next), graph));

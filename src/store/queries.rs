@@ -60,6 +60,10 @@ named_queries! {
     AllAtoms => "all_atoms",
     /// memory_stats counts.
     Stats => "stats",
+    /// The change feed (maintenance, all graphs).
+    ChangesSince => "changes_since",
+    /// Graph index links (maintenance, all graphs).
+    GraphLinks => "graph_links",
 }
 
 #[cfg(test)]

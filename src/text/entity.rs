@@ -228,6 +228,7 @@ fn is_technical(word: &str) -> bool {
         || (upper == letters && letters >= 2 && word.len() <= 12)
         || (has_digit && letters >= 2)
         || (word.contains('.') && word.split('.').all(|part| part.len() >= 2))
+        || (word.contains('-') && word.split('-').all(|part| part.len() >= 2))
 }
 
 fn is_capitalised_name(word: &str) -> bool {

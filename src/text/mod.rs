@@ -5,6 +5,7 @@
 //! **Architecture invariant:** the wording data lives in `lexicon/` and is
 //! compiled in with `include_str!`; this module holds only the matching logic.
 
+pub mod analyze;
 mod entity;
 mod lexicon;
 mod redact;

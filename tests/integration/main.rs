@@ -10,6 +10,7 @@ mod export;
 mod govern;
 mod memorize;
 mod queries;
+mod recall;
 mod redaction;
 
 use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};

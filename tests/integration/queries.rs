@@ -97,6 +97,38 @@ fn every_query_returns_its_golden_rows() {
                 let rows = s.select(*query, "alice", &[]).unwrap();
                 assert_eq!(column(&rows, "atom"), [atom(&a), atom(&b), atom(&lesson)]);
             }
+            NamedQuery::ChangesSince => {
+                let rows = s.select_all_graphs(*query, &[("since", Literal::from(1_i64).into())]).unwrap();
+                assert_eq!(column(&rows, "version"), ["2", "3"]);
+                assert_eq!(column(&rows, "target"), [atom(&a), atom(&a)]);
+                assert_eq!(column(&rows, "generated"), [atom(&b), atom(&lesson)]);
+                assert_eq!(column(&rows, "g"), [store::tenant_graph("alice").into_string(), store::tenant_graph("alice").into_string()]);
+            }
+            NamedQuery::GraphLinks => {
+                let rows = s.select_all_graphs(*query, &[]).unwrap();
+                let mut links: Vec<(String, String, String)> = rows
+                    .iter()
+                    .map(|r| {
+                        let get = |n: &str| match r.get(n) {
+                            Some(Term::NamedNode(x)) => x.as_str().to_owned(),
+                            Some(Term::Literal(x)) => x.value().to_owned(),
+                            _ => String::new(),
+                        };
+                        (get("atom"), get("link"), get("other"))
+                    })
+                    .collect();
+                links.sort();
+                let entity = |key: &str| store::entity_iri("alice", key).into_string();
+                let mut expected = vec![
+                    (atom(&a), "mentions".to_owned(), entity("mongodb")),
+                    (atom(&b), "mentions".to_owned(), entity("postgresql")),
+                    (atom(&b), "mentions".to_owned(), entity("postgresql 16")),
+                    (atom(&b), "revision".to_owned(), atom(&a)),
+                    (atom(&lesson), "derivation".to_owned(), atom(&a)),
+                ];
+                expected.sort();
+                assert_eq!(links, expected);
+            }
             NamedQuery::Stats => {
                 let rows = s.select(*query, "alice", &[]).unwrap();
                 assert_eq!(column(&rows, "atoms"), ["3"]);

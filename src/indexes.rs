@@ -1,0 +1,339 @@
+//! The derived indexes together: keyword (Tantivy), semantic (embedder +
+//! vectors), graph (petgraph). They follow the store.
+//!
+//! **Architecture invariants**
+//! - Indexes catch up by themselves: each records the store snapshot version
+//!   it reflects; at open everything newer is replayed from the change feed
+//!   (audit entries carry the version of their write). A crash between a
+//!   commit and an index update loses nothing.
+//! - `rebuild` (`hmg reindex`) replays from version 0 and gives the same
+//!   result as an index that was there all along.
+//! - Tombstoned atoms are removed from every index.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use oxigraph::model::{Literal, Term};
+
+use crate::atom::{Atom, AtomId};
+use crate::embed::{EmbedError, Embedder};
+use crate::graph::{AtomLinks, GraphIndex};
+use crate::keyword::{KeywordDoc, KeywordError, KeywordIndex};
+use crate::store::{self, NamedQuery, Store, StoreError};
+use crate::vector::{VectorError, VectorIndex};
+
+/// Errors of the index layer.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// Keyword index.
+    #[error(transparent)]
+    Keyword(#[from] KeywordError),
+    /// Vector index.
+    #[error(transparent)]
+    Vector(#[from] VectorError),
+    /// Embedding.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    /// Store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Progress of a long index job: (stage, done, total).
+pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
+
+/// `workspace/repository`, or empty for tenant-wide atoms.
+pub fn repo_key(scope: &crate::scope::Scope) -> String {
+    if scope.is_tenant_wide() {
+        String::new()
+    } else {
+        format!("{}/{}", scope.workspace.as_deref().unwrap_or(""), scope.repository.as_deref().unwrap_or(""))
+    }
+}
+
+/// The text an atom is embedded with: its attribution (a speaker, a custom
+/// source) and its content.
+pub fn attributed_text(atom: &Atom) -> Option<String> {
+    let content = atom.content.as_deref()?;
+    Some(match atom.source.as_str() {
+        "user" | "agent" | "" => content.to_owned(),
+        source => format!("{source}: {content}"),
+    })
+}
+
+fn keyword_text(atom: &Atom) -> Option<String> {
+    let mut text = attributed_text(atom)?;
+    for entity in &atom.entities {
+        text.push(' ');
+        text.push_str(entity);
+    }
+    Some(text)
+}
+
+/// The derived indexes.
+pub struct Indexes {
+    keyword: KeywordIndex,
+    vectors: Option<VectorIndex>,
+    embedder: Option<Arc<dyn Embedder>>,
+    graph: RwLock<GraphIndex>,
+    semantic_note: Option<String>,
+}
+
+impl std::fmt::Debug for Indexes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Indexes").field("vectors", &self.vectors).field("semantic_note", &self.semantic_note).finish()
+    }
+}
+
+impl Indexes {
+    /// Opens the indexes under `dir` (or in RAM) and catches up with `store`.
+    pub fn open(dir: Option<&Path>, store: &Store, embedder: Result<Option<Arc<dyn Embedder>>, EmbedError>) -> Result<Indexes, IndexError> {
+        let keyword = KeywordIndex::open(dir.map(|d| d.join("keyword")).as_deref())?;
+        let (embedder, semantic_note) = match embedder {
+            Ok(Some(embedder)) => (Some(embedder), None),
+            Ok(None) => (None, Some("semantic search is disabled (HMG_EMBEDDER=none)".to_owned())),
+            Err(error) => {
+                let note = format!("semantic search is off: {error}; recall uses keyword and graph only");
+                tracing::warn!("{note}");
+                (None, Some(note))
+            }
+        };
+        let vectors = match &embedder {
+            Some(embedder) => Some(VectorIndex::open(dir.map(|d| d.join("vectors")).as_deref(), embedder.id(), embedder.dims())?),
+            None => None,
+        };
+        let indexes = Indexes { keyword, vectors, embedder, graph: RwLock::new(GraphIndex::new()), semantic_note };
+        indexes.catch_up(store, &mut |_, _, _| {})?;
+        Ok(indexes)
+    }
+
+    /// Why semantic search is off, if it is.
+    pub fn semantic_note(&self) -> Option<&str> {
+        self.semantic_note.as_deref()
+    }
+
+    /// The embedder, if any.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    pub(crate) fn keyword(&self) -> &KeywordIndex {
+        &self.keyword
+    }
+
+    pub(crate) fn vectors(&self) -> Option<&VectorIndex> {
+        self.vectors.as_ref()
+    }
+
+    pub(crate) fn graph(&self) -> std::sync::RwLockReadGuard<'_, GraphIndex> {
+        self.graph.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn graph_mut(&self) -> std::sync::RwLockWriteGuard<'_, GraphIndex> {
+        self.graph.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Embeds one atom's text for the vector index (before its write).
+    pub(crate) fn embed_atom(&self, atom: &Atom) -> Option<Vec<f32>> {
+        let embedder = self.embedder.as_ref()?;
+        let text = attributed_text(atom)?;
+        match embedder.embed_passages(&[text.as_str()]) {
+            Ok(mut vectors) => vectors.pop(),
+            Err(error) => {
+                tracing::warn!(%error, atom = %atom.id, "embedding failed; the atom is indexed without a vector");
+                None
+            }
+        }
+    }
+
+    /// Coverage counts for `tenant`: (keyword, semantic).
+    pub fn counts(&self, tenant: &str) -> Result<(u64, u64), IndexError> {
+        Ok((self.keyword.count(tenant)?, self.vectors.as_ref().map_or(0, |v| v.count(tenant))))
+    }
+
+    /// Updates every index for atoms touched by the write that committed as
+    /// `version`. `vector` is a precomputed embedding for one of them.
+    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vector: Option<(AtomId, Vec<f32>)>) -> Result<(), IndexError> {
+        let mut vector = vector;
+        for id in atoms {
+            let atom = crate::memory::load_atom(store, tenant, *id).map_err(|e| match e {
+                crate::MemoryError::Store(s) => IndexError::Store(s),
+                other => IndexError::Store(StoreError::Corrupt(other.to_string())),
+            })?;
+            let precomputed = match &vector {
+                Some((vid, _)) if vid == id => vector.take().map(|(_, v)| v),
+                _ => None,
+            };
+            match atom {
+                Some(atom) => self.index_atom(&atom, version, precomputed)?,
+                None => self.forget(*id, version),
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&self, id: AtomId, version: u64) {
+        self.keyword.remove(id, version);
+        if let Some(vectors) = &self.vectors {
+            vectors.remove(id, version);
+        }
+        self.graph_mut().remove(id);
+    }
+
+    fn index_atom(&self, atom: &Atom, version: u64, vector: Option<Vec<f32>>) -> Result<(), IndexError> {
+        let Some(text) = keyword_text(atom) else {
+            // Tombstoned: content destroyed, so nothing of it may stay indexed.
+            self.forget(atom.id, version);
+            return Ok(());
+        };
+        let repo = repo_key(&atom.scope);
+        self.keyword.upsert(
+            &KeywordDoc { atom_id: atom.id, tenant: atom.scope.tenant_id.clone(), repo_key: repo.clone(), status: atom.status.as_str().to_owned(), text },
+            version,
+        )?;
+        if let Some(vectors) = &self.vectors {
+            let vector = match vector {
+                Some(v) => Some(v),
+                None if vectors.set_status(atom.id, atom.status.as_str(), version) => None,
+                None => self.embed_atom(atom),
+            };
+            if let Some(vector) = vector {
+                vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
+            }
+        }
+        self.graph_mut().upsert(atom.id, &links_of(atom));
+        Ok(())
+    }
+
+    /// Replays every change newer than what each index reflects; builds the
+    /// graph from the store.
+    pub fn catch_up(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
+        self.build_graph(store)?;
+        let target = store.snapshot_version()?;
+        let from = self.vectors.as_ref().map_or(u64::MAX, VectorIndex::applied_version).min(self.keyword.applied_version());
+        if from >= target {
+            return Ok(());
+        }
+        tracing::info!(from, target, "indexes catching up with the store");
+        let rows = store.select_all_graphs(NamedQuery::ChangesSince, &[("since", Literal::from(from as i64).into())])?;
+        // Latest version per atom, grouped by tenant graph.
+        let mut touched: BTreeMap<(String, AtomId), u64> = BTreeMap::new();
+        for row in &rows {
+            let Some(Term::NamedNode(graph)) = row.get("g") else { continue };
+            let Some(tenant) = store::tenant_of_graph(graph.as_str()) else { continue };
+            let version = row.get("version").map(store::integer_of).transpose()?.unwrap_or(0).max(0) as u64;
+            for name in ["target", "generated"] {
+                if let Some(id) = row.get(name).and_then(store::atom_id_of) {
+                    let entry = touched.entry((tenant.clone(), id)).or_insert(version);
+                    *entry = (*entry).max(version);
+                }
+            }
+        }
+        let total = touched.len();
+        let mut pending: Vec<(Atom, u64)> = Vec::new();
+        for (done, ((tenant, id), version)) in touched.into_iter().enumerate() {
+            let atom = crate::memory::load_atom(store, &tenant, id).map_err(|e| IndexError::Store(StoreError::Corrupt(e.to_string())))?;
+            match atom {
+                Some(atom) => pending.push((atom, version)),
+                None => self.forget(id, version),
+            }
+            if pending.len() >= 64 || done + 1 == total {
+                self.index_batch(std::mem::take(&mut pending))?;
+                progress("index", done + 1, total);
+            }
+        }
+        self.keyword.mark(target);
+        self.keyword.refresh()?;
+        if let Some(vectors) = &self.vectors {
+            vectors.persist()?;
+        }
+        Ok(())
+    }
+
+    fn index_batch(&self, batch: Vec<(Atom, u64)>) -> Result<(), IndexError> {
+        let needs_vector: Vec<usize> = match &self.vectors {
+            Some(vectors) => batch
+                .iter()
+                .enumerate()
+                .filter(|(_, (atom, _))| atom.content.is_some() && !vectors.contains(atom.id))
+                .map(|(i, _)| i)
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut computed: HashMap<usize, Vec<f32>> = HashMap::new();
+        if let (Some(embedder), false) = (&self.embedder, needs_vector.is_empty()) {
+            let texts: Vec<String> = needs_vector.iter().filter_map(|i| attributed_text(&batch[*i].0)).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = embedder.embed_passages(&refs)?;
+            computed = needs_vector.into_iter().zip(vectors).collect();
+        }
+        for (i, (atom, version)) in batch.into_iter().enumerate() {
+            self.index_atom(&atom, version, computed.remove(&i))?;
+        }
+        Ok(())
+    }
+
+    fn build_graph(&self, store: &Store) -> Result<(), IndexError> {
+        let mut links: HashMap<AtomId, AtomLinks> = HashMap::new();
+        for row in store.select_all_graphs(NamedQuery::GraphLinks, &[])? {
+            let (Some(Term::NamedNode(graph)), Some(id)) = (row.get("g"), row.get("atom").and_then(store::atom_id_of)) else { continue };
+            let Some(tenant) = store::tenant_of_graph(graph.as_str()) else { continue };
+            let entry = links.entry(id).or_insert_with(|| AtomLinks { tenant, ..AtomLinks::default() });
+            let link = match row.get("link") {
+                Some(Term::Literal(l)) => l.value().to_owned(),
+                _ => continue,
+            };
+            match (link.as_str(), row.get("other")) {
+                ("mentions", Some(Term::NamedNode(entity))) => entry.entities.push(entity.as_str().to_owned()),
+                ("session", Some(Term::Literal(session))) => entry.session = Some(session.value().to_owned()),
+                ("revision", Some(other)) => entry.supersedes = store::atom_id_of(other),
+                ("derivation", Some(other)) => entry.derived_from.extend(store::atom_id_of(other)),
+                _ => {}
+            }
+        }
+        let mut graph = GraphIndex::new();
+        for (id, links) in &links {
+            graph.upsert(*id, links);
+        }
+        *self.graph_mut() = graph;
+        Ok(())
+    }
+
+    /// Drops every index and replays the whole store.
+    pub fn rebuild(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
+        self.keyword.clear()?;
+        self.keyword.refresh()?;
+        if let Some(vectors) = &self.vectors {
+            vectors.clear();
+        }
+        self.catch_up(store, progress)
+    }
+
+    /// Makes buffered changes durable (keyword commit, vector file).
+    pub fn persist(&self) -> Result<(), IndexError> {
+        self.keyword.refresh()?;
+        if let Some(vectors) = &self.vectors {
+            vectors.persist()?;
+        }
+        Ok(())
+    }
+}
+
+/// An atom's graph links; entity keys are the entity IRIs.
+pub fn links_of(atom: &Atom) -> AtomLinks {
+    AtomLinks {
+        tenant: atom.scope.tenant_id.clone(),
+        entities: if atom.content.is_some() {
+            crate::text::extract_entities(atom.content.as_deref().unwrap_or(""))
+                .into_iter()
+                .map(|e| store::entity_iri(&atom.scope.tenant_id, &e.key).into_string())
+                .collect()
+        } else {
+            Vec::new()
+        },
+        session: atom.session_id.clone(),
+        supersedes: atom.supersedes,
+        derived_from: atom.derived_from.clone(),
+    }
+}

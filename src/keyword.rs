@@ -1,0 +1,320 @@
+//! The keyword index: Tantivy with HMG's multilingual analyzer
+//! (`text::analyze`), BM25 scoring.
+//!
+//! **Architecture invariants**
+//! - Derived data: rebuilt from the store; the commit payload records the
+//!   store snapshot version it reflects.
+//! - Writes are buffered and committed lazily: [`KeywordIndex::refresh`]
+//!   (called before every search) commits pending documents, so a recall
+//!   always sees every acknowledged write; a crash loses only uncommitted
+//!   documents, which the change feed replays at the next open.
+//! - Searches are confined to a tenant, its visible repositories and the
+//!   requested statuses inside the query itself.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+
+use crate::atom::AtomId;
+use crate::text::analyze::{self, Mode};
+
+const TOKENIZER: &str = "hmg";
+/// Writer memory budget.
+const WRITER_BUDGET_BYTES: usize = 50_000_000;
+
+/// Errors of the keyword index.
+#[derive(Debug, thiserror::Error)]
+pub enum KeywordError {
+    /// Tantivy failed.
+    #[error("keyword index: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    /// The index directory could not be opened.
+    #[error("keyword index directory: {0}")]
+    Directory(#[from] tantivy::directory::error::OpenDirectoryError),
+}
+
+/// What the keyword index stores about an atom.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeywordDoc {
+    /// Atom.
+    pub atom_id: AtomId,
+    /// Tenant.
+    pub tenant: String,
+    /// `workspace/repository` or empty for tenant-wide atoms.
+    pub repo_key: String,
+    /// Status.
+    pub status: String,
+    /// Content plus attribution and entity names.
+    pub text: String,
+}
+
+#[derive(Clone)]
+struct HmgTokenizer;
+
+struct HmgTokenStream {
+    tokens: Vec<Token>,
+    index: usize,
+}
+
+impl TokenStream for HmgTokenStream {
+    fn advance(&mut self) -> bool {
+        self.index += 1;
+        self.index <= self.tokens.len()
+    }
+    fn token(&self) -> &Token {
+        &self.tokens[self.index - 1]
+    }
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.tokens[self.index - 1]
+    }
+}
+
+impl Tokenizer for HmgTokenizer {
+    type TokenStream<'a> = HmgTokenStream;
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> HmgTokenStream {
+        let tokens = analyze::analyze(text, Mode::Index)
+            .into_iter()
+            .enumerate()
+            .map(|(position, term)| Token {
+                offset_from: term.from,
+                offset_to: term.to,
+                position,
+                text: term.text,
+                position_length: 1,
+            })
+            .collect();
+        HmgTokenStream { tokens, index: 0 }
+    }
+}
+
+struct Fields {
+    atom_id: Field,
+    tenant: Field,
+    repo_key: Field,
+    status: Field,
+    text: Field,
+}
+
+/// The Tantivy index.
+pub struct KeywordIndex {
+    index: Index,
+    fields: Fields,
+    writer: Mutex<IndexWriter>,
+    reader: IndexReader,
+    dirty: AtomicBool,
+    pending_version: AtomicU64,
+}
+
+impl std::fmt::Debug for KeywordIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeywordIndex").finish_non_exhaustive()
+    }
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let text_options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let fields = Fields {
+        atom_id: builder.add_text_field("atom_id", STRING | STORED),
+        tenant: builder.add_text_field("tenant", STRING),
+        repo_key: builder.add_text_field("repo_key", STRING),
+        status: builder.add_text_field("status", STRING),
+        text: builder.add_text_field("text", text_options),
+    };
+    (builder.build(), fields)
+}
+
+impl KeywordIndex {
+    /// Opens the index in `dir` (created if needed), or in RAM.
+    pub fn open(dir: Option<&Path>) -> Result<KeywordIndex, KeywordError> {
+        let (schema, fields) = schema();
+        let index = match dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
+                let directory = tantivy::directory::MmapDirectory::open(dir)?;
+                let index = Index::open_or_create(directory, schema.clone())?;
+                if index.schema() != schema {
+                    // An index of another layout is derived data: start over.
+                    drop(index);
+                    std::fs::remove_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
+                    std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
+                    Index::open_or_create(tantivy::directory::MmapDirectory::open(dir)?, schema)?
+                } else {
+                    index
+                }
+            }
+            None => Index::create_in_ram(schema),
+        };
+        index.tokenizers().register(TOKENIZER, HmgTokenizer);
+        let writer = index.writer_with_num_threads(1, WRITER_BUDGET_BYTES)?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let applied = applied_version_of(&index);
+        Ok(KeywordIndex {
+            index,
+            fields,
+            writer: Mutex::new(writer),
+            reader,
+            dirty: AtomicBool::new(false),
+            pending_version: AtomicU64::new(applied),
+        })
+    }
+
+    /// The store snapshot version the committed index reflects.
+    pub fn applied_version(&self) -> u64 {
+        applied_version_of(&self.index)
+    }
+
+    /// Adds or replaces an atom's document (visible after the next refresh).
+    pub fn upsert(&self, doc: &KeywordDoc, version: u64) -> Result<(), KeywordError> {
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = doc.atom_id.to_string();
+        writer.delete_term(Term::from_field_text(self.fields.atom_id, &id));
+        writer.add_document(doc!(
+            self.fields.atom_id => id,
+            self.fields.tenant => doc.tenant.as_str(),
+            self.fields.repo_key => doc.repo_key.as_str(),
+            self.fields.status => doc.status.as_str(),
+            self.fields.text => doc.text.as_str(),
+        ))?;
+        self.mark(version);
+        Ok(())
+    }
+
+    /// Removes an atom's document.
+    pub fn remove(&self, atom_id: AtomId, version: u64) {
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        writer.delete_term(Term::from_field_text(self.fields.atom_id, &atom_id.to_string()));
+        self.mark(version);
+    }
+
+    /// Records that everything up to `version` has been handed to the writer.
+    pub fn mark(&self, version: u64) {
+        self.pending_version.fetch_max(version, Ordering::SeqCst);
+        self.dirty.store(true, Ordering::SeqCst);
+    }
+
+    /// Commits pending documents (if any) and reloads the reader.
+    pub fn refresh(&self) -> Result<(), KeywordError> {
+        if !self.dirty.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let version = self.pending_version.load(Ordering::SeqCst);
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&version.to_string());
+        prepared.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Deletes every document (before a rebuild).
+    pub fn clear(&self) -> Result<(), KeywordError> {
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        writer.delete_all_documents()?;
+        self.pending_version.store(0, Ordering::SeqCst);
+        self.dirty.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Documents of `tenant` in the committed index.
+    pub fn count(&self, tenant: &str) -> Result<u64, KeywordError> {
+        self.refresh()?;
+        let query = TermQuery::new(Term::from_field_text(self.fields.tenant, tenant), IndexRecordOption::Basic);
+        Ok(self.reader.searcher().search(&query, &Count)? as u64)
+    }
+
+    /// BM25 search for `query` among `tenant`'s atoms in `repo_keys` with a
+    /// status in `statuses`; best first.
+    pub fn search(
+        &self,
+        tenant: &str,
+        repo_keys: &[String],
+        statuses: &[&str],
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(AtomId, f32)>, KeywordError> {
+        self.refresh()?;
+        let terms = analyze::terms(query, Mode::Query);
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let filter = |field: Field, values: &mut dyn Iterator<Item = &str>| -> Box<dyn Query> {
+            let any: Vec<(Occur, Box<dyn Query>)> = values
+                .map(|v| {
+                    let q: Box<dyn Query> = Box::new(TermQuery::new(Term::from_field_text(field, v), IndexRecordOption::Basic));
+                    (Occur::Should, q)
+                })
+                .collect();
+            Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(any)), 0.0))
+        };
+        let text: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(Term::from_field_text(self.fields.text, t), IndexRecordOption::WithFreqs));
+                (Occur::Should, q)
+            })
+            .collect();
+        let query = BooleanQuery::new(vec![
+            (Occur::Must, filter(self.fields.tenant, &mut std::iter::once(tenant))),
+            (Occur::Must, filter(self.fields.repo_key, &mut repo_keys.iter().map(String::as_str))),
+            (Occur::Must, filter(self.fields.status, &mut statuses.iter().copied())),
+            (Occur::Must, Box::new(BooleanQuery::new(text))),
+        ]);
+        let searcher = self.reader.searcher();
+        let hits = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
+        let mut results = Vec::with_capacity(hits.len());
+        for (score, address) in hits {
+            let stored: TantivyDocument = searcher.doc(address)?;
+            if let Some(id) = stored.get_first(self.fields.atom_id).and_then(|v| v.as_str()).and_then(|s| s.parse().ok()) {
+                results.push((id, score));
+            }
+        }
+        Ok(results)
+    }
+}
+
+fn applied_version_of(index: &Index) -> u64 {
+    index.load_metas().ok().and_then(|m| m.payload).and_then(|p| p.parse().ok()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(id: AtomId, repo: &str, status: &str, text: &str) -> KeywordDoc {
+        KeywordDoc { atom_id: id, tenant: "t".into(), repo_key: repo.into(), status: status.into(), text: text.into() }
+    }
+
+    #[test]
+    fn bm25_search_is_confined_and_multilingual() {
+        let index = KeywordIndex::open(None).unwrap();
+        let ids: Vec<AtomId> = (0..5).map(|_| ulid::Ulid::generate()).collect();
+        index.upsert(&doc(ids[0], "a/r", "active", "主数据库用 PostgreSQL 16"), 1).unwrap();
+        index.upsert(&doc(ids[1], "a/r", "active", "キャッシュサーバーは Redis"), 2).unwrap();
+        index.upsert(&doc(ids[2], "a/other", "active", "PostgreSQL in another repo"), 3).unwrap();
+        index.upsert(&doc(ids[3], "a/r", "negated", "PostgreSQL 15 was wrong"), 4).unwrap();
+        index.upsert(&doc(ids[4], "", "active", "Caroline went hiking"), 5).unwrap();
+        let repos = vec!["a/r".to_owned(), String::new()];
+        let hits = index.search("t", &repos, &["active"], "PostgreSQL", 10).unwrap();
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), [ids[0]]);
+        let hits = index.search("t", &repos, &["active", "negated"], "postgresql", 10).unwrap();
+        assert_eq!(hits.len(), 2);
+        assert_eq!(index.search("t", &repos, &["active"], "数据库", 10).unwrap()[0].0, ids[0]);
+        assert_eq!(index.search("t", &repos, &["active"], "サーバー", 10).unwrap()[0].0, ids[1]);
+        assert_eq!(index.search("t", &repos, &["active"], "hike", 10).unwrap()[0].0, ids[4]);
+        assert!(index.search("other-tenant", &repos, &["active"], "PostgreSQL", 10).unwrap().is_empty());
+        assert_eq!(index.applied_version(), 5);
+        index.remove(ids[0], 6);
+        assert!(index.search("t", &repos, &["active"], "PostgreSQL", 10).unwrap().is_empty());
+        assert_eq!(index.count("t").unwrap(), 4);
+    }
+}

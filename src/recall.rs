@@ -1,0 +1,336 @@
+//! memory_recall: scope confinement → candidates from the keyword index, the
+//! vector index and the entities named in the query → fusion → graph
+//! expansion from the strongest candidates with decay per hop → boosts →
+//! scores in 0–1 → hydration from the store. `explain` returns every stage's
+//! contribution for each result.
+//!
+//! Boosts (multiplicative, defaults in [`RecallConfig::default`]): constraint
+//! (`necessary`) over fact over guess (`possible`), user over agent source,
+//! current branch over other branches, recency (half-life in days).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::atom::{AtomId, Epistemic, Status};
+use crate::indexes::repo_key;
+use crate::memory::{Caller, Memory, MemoryError, Result};
+use crate::scope::Visibility;
+use crate::store;
+
+/// How candidate lists are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fusion {
+    /// Reciprocal-rank fusion: Σ wᵢ / (k + rankᵢ).
+    Rrf,
+    /// Calibrated score mixing: Σ wᵢ · normalized scoreᵢ.
+    Mix,
+}
+
+/// Recall tuning. Every field is documented with its default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallConfig {
+    /// Fusion method (default `Rrf`).
+    pub fusion: Fusion,
+    /// RRF constant k (default 60).
+    pub rrf_k: f32,
+    /// Candidates taken from each retriever (default 100).
+    pub candidates: usize,
+    /// Weight of the keyword list (default 1.0).
+    pub keyword_weight: f32,
+    /// Weight of the semantic list (default 1.0).
+    pub semantic_weight: f32,
+    /// Weight of the query-entity list (default 0.5).
+    pub entity_weight: f32,
+    /// How many top candidates seed graph expansion (default 10).
+    pub expansion_seeds: usize,
+    /// Score multiplier per hop (default 0.35).
+    pub hop_decay: f32,
+    /// Session neighbours on each side reached in one hop (default 1).
+    pub session_window: usize,
+    /// Entities linking more atoms than this are too common to expand (default 40).
+    pub max_entity_degree: usize,
+    /// Multiplier for constraints (default 1.10).
+    pub boost_necessary: f32,
+    /// Multiplier for guesses (default 0.92).
+    pub boost_possible: f32,
+    /// Multiplier for `source = user` (default 1.05).
+    pub boost_user: f32,
+    /// Multiplier for atoms of another branch of the repository (default 0.90).
+    pub boost_other_branch: f32,
+    /// Largest recency bonus, as a fraction (default 0.05).
+    pub recency_bonus: f32,
+    /// Half-life of the recency bonus in days (default 30).
+    pub recency_half_life_days: f32,
+}
+
+impl Default for RecallConfig {
+    fn default() -> RecallConfig {
+        RecallConfig {
+            fusion: Fusion::Rrf,
+            rrf_k: 60.0,
+            candidates: 100,
+            keyword_weight: 1.0,
+            semantic_weight: 1.0,
+            entity_weight: 0.5,
+            expansion_seeds: 10,
+            hop_decay: 0.35,
+            session_window: 1,
+            max_entity_degree: 40,
+            boost_necessary: 1.10,
+            boost_possible: 0.92,
+            boost_user: 1.05,
+            boost_other_branch: 0.90,
+            recency_bonus: 0.05,
+            recency_half_life_days: 30.0,
+        }
+    }
+}
+
+/// Input of `memory_recall`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallRequest {
+    /// A noun phrase, any language.
+    pub query: String,
+    /// At most this many results (default 10, at most 100).
+    pub max_results: usize,
+    /// Include negated memories (default false).
+    pub include_negated: bool,
+    /// Return each stage's contribution.
+    pub explain: bool,
+}
+
+/// Largest `max_results`.
+pub const MAX_RESULTS: usize = 100;
+/// Longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 2_000;
+
+impl RecallRequest {
+    /// A recall with defaults.
+    pub fn new(query: impl Into<String>) -> RecallRequest {
+        RecallRequest { query: query.into(), max_results: 10, include_negated: false, explain: false }
+    }
+}
+
+/// One stage's view of a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct Explain {
+    /// Rank and BM25 score in the keyword list.
+    pub keyword: Option<(usize, f32)>,
+    /// Rank and cosine in the semantic list.
+    pub semantic: Option<(usize, f32)>,
+    /// Rank in the query-entity list.
+    pub entity: Option<usize>,
+    /// Fused score before expansion and boosts (0–1).
+    pub fused: f32,
+    /// Graph expansion: contributing seed, link and amount.
+    pub graph: Vec<(String, String, f32)>,
+    /// Product of the boosts applied.
+    pub boost: f32,
+}
+
+/// One recalled memory (the seeds' fields first).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecalledAtom {
+    /// Atom id.
+    pub atom_id: String,
+    /// Content.
+    pub content: String,
+    /// Relevance, 0–1.
+    pub score: f32,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Attribution.
+    pub source: String,
+    /// Kind.
+    pub kind: String,
+    /// actual / necessary / possible.
+    pub epistemic: String,
+    /// Status (active unless include_negated).
+    pub status: String,
+    /// Stage contributions (only with explain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+}
+
+/// Output of `memory_recall`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecallOutcome {
+    /// Best first.
+    pub atoms: Vec<RecalledAtom>,
+    /// Set when semantic search is off, with the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Candidate {
+    explain: Explain,
+    score: f32,
+}
+
+impl Memory {
+    /// `memory_recall`.
+    #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, max_results = request.max_results))]
+    pub fn recall(&self, caller: &Caller, request: RecallRequest) -> Result<RecallOutcome> {
+        let scope = caller.scope.clone().normalized()?;
+        let query = request.query.trim();
+        if query.is_empty() {
+            return Err(MemoryError::invalid("query", "the query is empty; pass a noun phrase naming what to find"));
+        }
+        if query.chars().count() > MAX_QUERY_CHARS {
+            return Err(MemoryError::invalid("query", format!("longer than {MAX_QUERY_CHARS} characters")));
+        }
+        if request.max_results == 0 || request.max_results > MAX_RESULTS {
+            return Err(MemoryError::invalid("max_results", format!("must be between 1 and {MAX_RESULTS}")));
+        }
+        let config = &self.recall_config;
+        let tenant = scope.tenant_id.as_str();
+        let mut repo_keys = vec![String::new()];
+        if !scope.is_tenant_wide() {
+            repo_keys.push(repo_key(&scope));
+        }
+        let statuses: &[&str] = if request.include_negated { &["active", "negated"] } else { &["active"] };
+        let indexes = self.indexes();
+        let started = Instant::now();
+
+        let keyword = indexes.keyword().search(tenant, &repo_keys, statuses, query, config.candidates).map_err(crate::indexes::IndexError::from)?;
+        let semantic = match (indexes.vectors(), indexes.embedder()) {
+            (Some(vectors), Some(embedder)) => match embedder.embed_query(query) {
+                Ok(vector) => vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
+                Err(error) => {
+                    tracing::warn!(%error, "query embedding failed; recalling without semantic search");
+                    Vec::new()
+                }
+            },
+            _ => Vec::new(),
+        };
+        let entity_list = self.entity_candidates(tenant, query, config);
+        tracing::debug!(keyword = keyword.len(), semantic = semantic.len(), entity = entity_list.len(), elapsed_us = started.elapsed().as_micros() as u64, "candidates");
+
+        // Fusion.
+        let mut candidates: HashMap<AtomId, Candidate> = HashMap::new();
+        let max_keyword = keyword.first().map_or(1.0, |h| h.1.max(f32::EPSILON));
+        for (rank, (id, score)) in keyword.iter().enumerate() {
+            let c = candidates.entry(*id).or_default();
+            c.explain.keyword = Some((rank + 1, *score));
+            c.score += match config.fusion {
+                Fusion::Rrf => config.keyword_weight / (config.rrf_k + rank as f32 + 1.0),
+                Fusion::Mix => config.keyword_weight * score / max_keyword,
+            };
+        }
+        for (rank, (id, cosine)) in semantic.iter().enumerate() {
+            let c = candidates.entry(*id).or_default();
+            c.explain.semantic = Some((rank + 1, *cosine));
+            c.score += match config.fusion {
+                Fusion::Rrf => config.semantic_weight / (config.rrf_k + rank as f32 + 1.0),
+                Fusion::Mix => config.semantic_weight * ((cosine - 0.2) / 0.8).clamp(0.0, 1.0),
+            };
+        }
+        for (rank, id) in entity_list.iter().enumerate() {
+            let c = candidates.entry(*id).or_default();
+            c.explain.entity = Some(rank + 1);
+            c.score += match config.fusion {
+                Fusion::Rrf => config.entity_weight / (config.rrf_k + rank as f32 + 1.0),
+                Fusion::Mix => config.entity_weight / (1.0 + rank as f32).sqrt(),
+            };
+        }
+        let active_weights = config.keyword_weight
+            + if semantic.is_empty() { 0.0 } else { config.semantic_weight }
+            + if entity_list.is_empty() { 0.0 } else { config.entity_weight };
+        let max_possible = match config.fusion {
+            Fusion::Rrf => active_weights / (config.rrf_k + 1.0),
+            Fusion::Mix => active_weights,
+        }
+        .max(f32::EPSILON);
+        for c in candidates.values_mut() {
+            c.score = (c.score / max_possible).min(1.0);
+            c.explain.fused = c.score;
+        }
+
+        // Graph expansion from the strongest candidates, one hop.
+        let mut seeds: Vec<(AtomId, f32)> = candidates.iter().map(|(id, c)| (*id, c.score)).collect();
+        seeds.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        seeds.truncate(config.expansion_seeds);
+        {
+            let graph = indexes.graph();
+            for (seed, seed_score) in seeds {
+                for neighbour in graph.neighbours(seed, config.session_window, config.max_entity_degree) {
+                    let amount = seed_score * config.hop_decay * neighbour.weight;
+                    let c = candidates.entry(neighbour.atom_id).or_default();
+                    c.score += amount;
+                    c.explain.graph.push((seed.to_string(), neighbour.via, amount));
+                }
+            }
+        }
+
+        // Hydrate, confine again (status and visibility), boost.
+        let mut ranked: Vec<(AtomId, Candidate)> = candidates.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+        let now = chrono::Utc::now();
+        let mut results: Vec<(crate::atom::Atom, Candidate)> = Vec::new();
+        let hydrate_limit = (request.max_results * 4).max(40);
+        for (id, mut candidate) in ranked.into_iter().take(hydrate_limit) {
+            let Some(atom) = self.atom(tenant, id)? else { continue };
+            let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
+            let visibility = scope.sees(&atom.scope);
+            if !allowed || visibility == Visibility::Hidden {
+                continue;
+            }
+            let mut boost = match atom.epistemic {
+                Epistemic::Necessary => config.boost_necessary,
+                Epistemic::Possible => config.boost_possible,
+                Epistemic::Actual => 1.0,
+            };
+            if atom.source == "user" {
+                boost *= config.boost_user;
+            }
+            if visibility == Visibility::OtherBranch {
+                boost *= config.boost_other_branch;
+            }
+            let age_days = (now - atom.created_at).num_seconds().max(0) as f32 / 86_400.0;
+            boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));
+            candidate.explain.boost = boost;
+            candidate.score = (candidate.score * boost).clamp(0.0, 1.0);
+            results.push((atom, candidate));
+        }
+        results.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.id.cmp(&b.0.id)));
+        results.truncate(request.max_results);
+        let atoms = results
+            .into_iter()
+            .map(|(atom, candidate)| RecalledAtom {
+                atom_id: atom.id.to_string(),
+                content: atom.visible_content().to_owned(),
+                score: candidate.score,
+                created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                source: atom.source.clone(),
+                kind: atom.kind.as_str().to_owned(),
+                epistemic: atom.epistemic.as_str().to_owned(),
+                status: atom.status.as_str().to_owned(),
+                explain: request.explain.then_some(candidate.explain),
+            })
+            .collect();
+        Ok(RecallOutcome { atoms, warning: indexes.semantic_note().map(str::to_owned) })
+    }
+
+    /// Atoms mentioning entities named in the query, most matches first.
+    fn entity_candidates(&self, tenant: &str, query: &str, config: &RecallConfig) -> Vec<AtomId> {
+        let graph = self.indexes().graph();
+        let mut counts: HashMap<AtomId, usize> = HashMap::new();
+        for entity in crate::text::extract_entities(query) {
+            let iri = store::entity_iri(tenant, &entity.key).into_string();
+            let atoms = graph.atoms_mentioning(tenant, &iri);
+            if atoms.len() > config.max_entity_degree * 4 {
+                continue;
+            }
+            for id in atoms {
+                *counts.entry(id).or_default() += 1;
+            }
+        }
+        let mut list: Vec<(AtomId, usize)> = counts.into_iter().collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        list.truncate(config.candidates);
+        list.into_iter().map(|(id, _)| id).collect()
+    }
+}

@@ -1,0 +1,408 @@
+//! The semantic index: one vector per atom, confined by tenant, repository
+//! and status *during* the search (exact scan for partitions up to
+//! [`EXACT_LIMIT`] vectors, usearch HNSW with an in-search filter above).
+//!
+//! **Architecture invariants**
+//! - Derived data for one embedder id: vectors of another model are never
+//!   mixed in (a different id starts an empty index).
+//! - Persisted on [`VectorIndex::persist`] with the store snapshot version it
+//!   reflects; newer changes are replayed from the store at open.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use crate::atom::AtomId;
+
+/// Partitions up to this size are searched exactly.
+pub const EXACT_LIMIT: usize = 20_000;
+const FORMAT: u32 = 1;
+
+/// Errors of the vector index.
+#[derive(Debug, thiserror::Error)]
+pub enum VectorError {
+    /// usearch failed.
+    #[error("vector index: {0}")]
+    Usearch(String),
+    /// File trouble.
+    #[error("vector index file {path}: {source}")]
+    Io {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A vector of the wrong length.
+    #[error("vector has {got} dimensions, the index has {expected}")]
+    Dimensions {
+        /// Expected.
+        expected: usize,
+        /// Given.
+        got: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    atom_id: AtomId,
+    tenant: String,
+    repo_key: String,
+    status: String,
+    vector: Vec<f32>,
+}
+
+struct Inner {
+    entries: HashMap<u64, Entry>,
+    by_tenant: HashMap<String, HashSet<u64>>,
+    hnsw: Option<usearch::Index>,
+    applied_version: u64,
+    saved_version: u64,
+}
+
+/// The vector index for one embedder.
+pub struct VectorIndex {
+    inner: RwLock<Inner>,
+    model_id: String,
+    dims: usize,
+    dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VectorIndex").field("model_id", &self.model_id).field("dims", &self.dims).finish()
+    }
+}
+
+fn key_of(id: AtomId) -> u64 {
+    // The low 64 bits of a ULID are random (or monotonically incremented):
+    // unique in practice, and collisions are detected on insert.
+    (u128::from(id) & u128::from(u64::MAX)) as u64
+}
+
+fn new_hnsw(dims: usize) -> Result<usearch::Index, VectorError> {
+    let options = usearch::IndexOptions {
+        dimensions: dims,
+        metric: usearch::MetricKind::IP,
+        quantization: usearch::ScalarKind::F32,
+        connectivity: 16,
+        expansion_add: 128,
+        expansion_search: 128,
+        multi: false,
+    };
+    usearch::Index::new(&options).map_err(|e| VectorError::Usearch(e.to_string()))
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl VectorIndex {
+    /// Opens the index of `model_id` in `dir` (or in RAM).
+    pub fn open(dir: Option<&Path>, model_id: &str, dims: usize) -> Result<VectorIndex, VectorError> {
+        let mut inner = Inner {
+            entries: HashMap::new(),
+            by_tenant: HashMap::new(),
+            hnsw: None,
+            applied_version: 0,
+            saved_version: 0,
+        };
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir).map_err(|source| VectorError::Io { path: dir.to_path_buf(), source })?;
+            match load(&dir.join("vectors.bin"), model_id, dims) {
+                Ok(Some((version, entries))) => {
+                    for (key, entry) in entries {
+                        inner.by_tenant.entry(entry.tenant.clone()).or_default().insert(key);
+                        inner.entries.insert(key, entry);
+                    }
+                    inner.applied_version = version;
+                    inner.saved_version = version;
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "vector index unreadable; it will be rebuilt from the store"),
+            }
+        }
+        let index = VectorIndex { inner: RwLock::new(inner), model_id: model_id.to_owned(), dims, dir: dir.map(Path::to_path_buf) };
+        index.rebuild_hnsw_if_needed()?;
+        Ok(index)
+    }
+
+    /// The embedder id this index belongs to.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// The store snapshot version the index reflects.
+    pub fn applied_version(&self) -> u64 {
+        self.read().applied_version
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn rebuild_hnsw_if_needed(&self) -> Result<(), VectorError> {
+        let mut inner = self.write();
+        let largest = inner.by_tenant.values().map(HashSet::len).max().unwrap_or(0);
+        if largest <= EXACT_LIMIT || inner.hnsw.is_some() {
+            return Ok(());
+        }
+        let hnsw = new_hnsw(self.dims)?;
+        hnsw.reserve(inner.entries.len() + 1024).map_err(|e| VectorError::Usearch(e.to_string()))?;
+        for (key, entry) in &inner.entries {
+            hnsw.add(*key, &entry.vector).map_err(|e| VectorError::Usearch(e.to_string()))?;
+        }
+        inner.hnsw = Some(hnsw);
+        Ok(())
+    }
+
+    /// Adds or replaces an atom's vector and metadata.
+    pub fn upsert(&self, atom_id: AtomId, tenant: &str, repo_key: &str, status: &str, vector: Vec<f32>, version: u64) -> Result<(), VectorError> {
+        if vector.len() != self.dims {
+            return Err(VectorError::Dimensions { expected: self.dims, got: vector.len() });
+        }
+        let key = key_of(atom_id);
+        {
+            let mut inner = self.write();
+            if let Some(hnsw) = &inner.hnsw {
+                if hnsw.contains(key) {
+                    hnsw.remove(key).map_err(|e| VectorError::Usearch(e.to_string()))?;
+                }
+                if hnsw.size() + 1 >= hnsw.capacity() {
+                    hnsw.reserve((hnsw.capacity() * 2).max(1024)).map_err(|e| VectorError::Usearch(e.to_string()))?;
+                }
+                hnsw.add(key, &vector).map_err(|e| VectorError::Usearch(e.to_string()))?;
+            }
+            inner.by_tenant.entry(tenant.to_owned()).or_default().insert(key);
+            inner.entries.insert(key, Entry { atom_id, tenant: tenant.to_owned(), repo_key: repo_key.to_owned(), status: status.to_owned(), vector });
+            inner.applied_version = inner.applied_version.max(version);
+        }
+        self.rebuild_hnsw_if_needed()
+    }
+
+    /// Updates an atom's status (a vector stays; the status filters it).
+    pub fn set_status(&self, atom_id: AtomId, status: &str, version: u64) -> bool {
+        let mut inner = self.write();
+        inner.applied_version = inner.applied_version.max(version);
+        match inner.entries.get_mut(&key_of(atom_id)) {
+            Some(entry) => {
+                entry.status = status.to_owned();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes an atom.
+    pub fn remove(&self, atom_id: AtomId, version: u64) {
+        let key = key_of(atom_id);
+        let mut inner = self.write();
+        if let Some(entry) = inner.entries.remove(&key) {
+            if let Some(keys) = inner.by_tenant.get_mut(&entry.tenant) {
+                keys.remove(&key);
+            }
+            if let Some(hnsw) = &inner.hnsw {
+                let _ = hnsw.remove(key);
+            }
+        }
+        inner.applied_version = inner.applied_version.max(version);
+    }
+
+    /// Whether the atom has a vector.
+    pub fn contains(&self, atom_id: AtomId) -> bool {
+        self.read().entries.contains_key(&key_of(atom_id))
+    }
+
+    /// Vectors of `tenant`.
+    pub fn count(&self, tenant: &str) -> u64 {
+        self.read().by_tenant.get(tenant).map_or(0, |k| k.len() as u64)
+    }
+
+    /// Deletes everything (before a rebuild).
+    pub fn clear(&self) {
+        let mut inner = self.write();
+        inner.entries.clear();
+        inner.by_tenant.clear();
+        inner.hnsw = None;
+        inner.applied_version = 0;
+    }
+
+    /// Cosine similarity search among `tenant`'s vectors in `repo_keys` with
+    /// a status in `statuses`; best first.
+    pub fn search(&self, tenant: &str, repo_keys: &[String], statuses: &[&str], query: &[f32], limit: usize) -> Result<Vec<(AtomId, f32)>, VectorError> {
+        if query.len() != self.dims {
+            return Err(VectorError::Dimensions { expected: self.dims, got: query.len() });
+        }
+        let inner = self.read();
+        let Some(keys) = inner.by_tenant.get(tenant) else { return Ok(Vec::new()) };
+        let allowed = |entry: &Entry| {
+            entry.tenant == tenant && repo_keys.iter().any(|r| *r == entry.repo_key) && statuses.contains(&entry.status.as_str())
+        };
+        let mut hits: Vec<(AtomId, f32)> = match (&inner.hnsw, keys.len() > EXACT_LIMIT) {
+            (Some(hnsw), true) => {
+                let matches = hnsw
+                    .filtered_search(query, limit, |key| inner.entries.get(&key).is_some_and(allowed))
+                    .map_err(|e| VectorError::Usearch(e.to_string()))?;
+                matches
+                    .keys
+                    .iter()
+                    .zip(&matches.distances)
+                    .filter_map(|(key, distance)| inner.entries.get(key).map(|e| (e.atom_id, 1.0 - distance)))
+                    .collect()
+            }
+            _ => keys
+                .iter()
+                .filter_map(|key| inner.entries.get(key))
+                .filter(|entry| allowed(entry))
+                .map(|entry| (entry.atom_id, dot(&entry.vector, query)))
+                .collect(),
+        };
+        hits.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0)));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// Writes the index to disk if it changed since the last save.
+    pub fn persist(&self) -> Result<(), VectorError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let mut inner = self.write();
+        if inner.saved_version == inner.applied_version && inner.saved_version != 0 {
+            return Ok(());
+        }
+        let path = dir.join("vectors.bin");
+        let tmp = dir.join("vectors.bin.tmp");
+        let io = |source| VectorError::Io { path: tmp.clone(), source };
+        {
+            let file = std::fs::File::create(&tmp).map_err(io)?;
+            let mut out = std::io::BufWriter::new(file);
+            let mut header = Vec::new();
+            header.extend_from_slice(&FORMAT.to_le_bytes());
+            put_str(&mut header, &self.model_id);
+            header.extend_from_slice(&(self.dims as u32).to_le_bytes());
+            header.extend_from_slice(&inner.applied_version.to_le_bytes());
+            header.extend_from_slice(&(inner.entries.len() as u64).to_le_bytes());
+            out.write_all(&header).map_err(io)?;
+            for entry in inner.entries.values() {
+                let mut record = Vec::with_capacity(64 + self.dims * 4);
+                record.extend_from_slice(&u128::from(entry.atom_id).to_le_bytes());
+                put_str(&mut record, &entry.tenant);
+                put_str(&mut record, &entry.repo_key);
+                put_str(&mut record, &entry.status);
+                for x in &entry.vector {
+                    record.extend_from_slice(&x.to_le_bytes());
+                }
+                out.write_all(&record).map_err(io)?;
+            }
+            let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+            file.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(|source| VectorError::Io { path: path.clone(), source })?;
+        inner.saved_version = inner.applied_version;
+        Ok(())
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+type Loaded = (u64, Vec<(u64, Entry)>);
+
+fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, VectorError> {
+    let io = |source| VectorError::Io { path: path.to_path_buf(), source };
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let mut reader = &bytes[..];
+    let bad = || io(std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated or malformed vector file"));
+    let u32_of = |r: &mut &[u8]| -> Result<u32, VectorError> {
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b).map_err(|_| bad())?;
+        Ok(u32::from_le_bytes(b))
+    };
+    let format = u32_of(&mut reader)?;
+    let stored_model = read_str(&mut reader).ok_or_else(bad)?;
+    let stored_dims = u32_of(&mut reader)? as usize;
+    if format != FORMAT || stored_model != model_id || stored_dims != dims {
+        tracing::info!(stored_model, model_id, "vector index belongs to another model or format; rebuilding");
+        return Ok(None);
+    }
+    let mut u64_buf = [0u8; 8];
+    reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
+    let version = u64::from_le_bytes(u64_buf);
+    reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
+    let count = u64::from_le_bytes(u64_buf);
+    let mut entries = Vec::with_capacity(count.min(10_000_000) as usize);
+    for _ in 0..count {
+        let mut id = [0u8; 16];
+        reader.read_exact(&mut id).map_err(|_| bad())?;
+        let atom_id = AtomId::from(u128::from_le_bytes(id));
+        let tenant = read_str(&mut reader).ok_or_else(bad)?;
+        let repo_key = read_str(&mut reader).ok_or_else(bad)?;
+        let status = read_str(&mut reader).ok_or_else(bad)?;
+        let mut vector = Vec::with_capacity(dims);
+        for _ in 0..dims {
+            let mut b = [0u8; 4];
+            reader.read_exact(&mut b).map_err(|_| bad())?;
+            vector.push(f32::from_le_bytes(b));
+        }
+        entries.push((key_of(atom_id), Entry { atom_id, tenant, repo_key, status, vector }));
+    }
+    Ok(Some((version, entries)))
+}
+
+fn read_str(reader: &mut &[u8]) -> Option<String> {
+    let mut len = [0u8; 4];
+    reader.read_exact(&mut len).ok()?;
+    let len = u32::from_le_bytes(len) as usize;
+    if reader.len() < len {
+        return None;
+    }
+    let (text, rest) = reader.split_at(len);
+    *reader = rest;
+    String::from_utf8(text.to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let mut v = v.to_vec();
+        crate::embed::normalize(&mut v);
+        v
+    }
+
+    #[test]
+    fn search_is_confined_and_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<AtomId> = (0..3).map(|_| ulid::Ulid::generate()).collect();
+        {
+            let index = VectorIndex::open(Some(dir.path()), "test:3", 3).unwrap();
+            index.upsert(ids[0], "t", "a/r", "active", unit(&[1.0, 0.0, 0.0]), 1).unwrap();
+            index.upsert(ids[1], "t", "a/other", "active", unit(&[1.0, 0.1, 0.0]), 2).unwrap();
+            index.upsert(ids[2], "u", "a/r", "active", unit(&[1.0, 0.0, 0.1]), 3).unwrap();
+            let hits = index.search("t", &["a/r".into()], &["active"], &unit(&[1.0, 0.0, 0.0]), 5).unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!(hits[0].0, ids[0]);
+            assert!((hits[0].1 - 1.0).abs() < 1e-5);
+            index.set_status(ids[0], "negated", 4);
+            assert!(index.search("t", &["a/r".into()], &["active"], &unit(&[1.0, 0.0, 0.0]), 5).unwrap().is_empty());
+            assert!(index.upsert(ids[0], "t", "a/r", "active", vec![1.0], 5).is_err());
+            index.persist().unwrap();
+        }
+        let reopened = VectorIndex::open(Some(dir.path()), "test:3", 3).unwrap();
+        assert_eq!(reopened.applied_version(), 4);
+        assert_eq!(reopened.count("t"), 2);
+        let other_model = VectorIndex::open(Some(dir.path()), "other:3", 3).unwrap();
+        assert_eq!(other_model.count("t"), 0);
+    }
+}

@@ -1,0 +1,186 @@
+//! Hybrid recall: keyword (three languages), semantic (the real local
+//! model), graph expansion, scope and status rules, self-healing indexes.
+
+use hmg::{Caller, CorrectAction, CorrectRequest, Memory, MemoryError, MemoryOptions, RecallRequest, Scope};
+
+use super::{caller, memory, remember};
+
+fn ids(memory: &Memory, caller: &Caller, query: &str) -> Vec<String> {
+    memory.recall(caller, RecallRequest::new(query)).unwrap().atoms.into_iter().map(|a| a.atom_id).collect()
+}
+
+/// A memory with the default local model; fails (never skips) when the model
+/// is not installed — `scripts/test.sh` installs it.
+fn with_model(dir: Option<&std::path::Path>) -> Memory {
+    let memory = Memory::open_with(dir, MemoryOptions::default()).unwrap();
+    assert!(
+        memory.indexes().embedder().is_some(),
+        "the default embedding model must be installed (scripts/setup.sh): {:?}",
+        memory.indexes().semantic_note()
+    );
+    memory
+}
+
+#[test]
+fn keyword_recall_in_three_languages() {
+    let m = memory();
+    let c = caller("hmg");
+    let pg = remember(&m, &c, "本项目用 PostgreSQL 16 做主数据库，不用 MongoDB");
+    let pool = remember(&m, &c, "数据库连接池上限是 50 个连接");
+    let cache = remember(&m, &c, "キャッシュサーバーは Redis 7 を使う");
+    let deploy = remember(&m, &c, "Deployments run through the Helm chart in deploy/helm");
+    remember(&m, &c, "The team meets on Tuesdays");
+    assert_eq!(ids(&m, &c, "PostgreSQL")[0], pg);
+    assert_eq!(ids(&m, &c, "连接池配置")[0], pool);
+    assert_eq!(ids(&m, &c, "キャッシュ")[0], cache);
+    assert_eq!(ids(&m, &c, "helm deployment")[0], deploy);
+    let outcome = m.recall(&c, RecallRequest::new("数据库")).unwrap();
+    assert!(outcome.atoms.len() >= 2);
+    for pair in outcome.atoms.windows(2) {
+        assert!(pair[0].score >= pair[1].score);
+    }
+    for atom in &outcome.atoms {
+        assert!((0.0..=1.0).contains(&atom.score), "{}", atom.score);
+        assert!(!atom.created_at.is_empty() && !atom.source.is_empty());
+    }
+    assert!(outcome.warning.is_some(), "without a model the reply says semantic search is off");
+}
+
+#[test]
+fn status_and_scope_rules() {
+    let m = memory();
+    let c = caller("hmg");
+    let wrong = remember(&m, &c, "The staging database is MySQL 5.7");
+    m.correct(&c, CorrectRequest { target_atom: wrong.clone(), action: CorrectAction::Negate, reason: "wrong".into(), new_content: None }).unwrap();
+    let old = remember(&m, &c, "The staging database runs on port 5432");
+    let new = m
+        .correct(&c, CorrectRequest { target_atom: old.clone(), action: CorrectAction::Replace, reason: "moved".into(), new_content: Some("The staging database runs on port 6432".into()) })
+        .unwrap()
+        .new_atom_id
+        .unwrap();
+    let found = ids(&m, &c, "staging database");
+    assert!(found.contains(&new) && !found.contains(&old) && !found.contains(&wrong));
+    let with_negated = m.recall(&c, RecallRequest { include_negated: true, ..RecallRequest::new("staging database MySQL") }).unwrap();
+    assert!(with_negated.atoms.iter().any(|a| a.atom_id == wrong && a.status == "negated"));
+
+    let other_repo = remember(&m, &caller("other"), "The staging database of the other repository");
+    let personal = remember(&m, &Caller::new(Scope::tenant("alice"), "t"), "I prefer staging database dumps compressed");
+    let dev_branch = remember(&m, &Caller::new(c.scope.clone().with_branch("dev"), "t"), "On dev the staging database is reset nightly");
+    let found = ids(&m, &c, "staging database");
+    assert!(!found.contains(&other_repo), "other repositories are not seen");
+    assert!(found.contains(&personal), "tenant-wide memories are seen");
+    assert!(found.contains(&dev_branch), "other branches are seen");
+    let bob = Caller::new(Scope::tenant("bob").with_workspace("acme").with_repository("hmg"), "t");
+    assert!(ids(&m, &bob, "staging database").is_empty(), "tenants never see each other");
+
+    let quarantined = remember(&m, &c, "Quarantine candidate about the staging database");
+    m.govern(&c, hmg::GovernRequest { target_atom: quarantined.clone(), action: hmg::GovernAction::Quarantine, reason: "check".into(), lesson_content: None }).unwrap();
+    assert!(!ids(&m, &c, "quarantine candidate").contains(&quarantined));
+    m.govern(&c, hmg::GovernRequest { target_atom: quarantined.clone(), action: hmg::GovernAction::Restore, reason: "ok".into(), lesson_content: None }).unwrap();
+    assert!(ids(&m, &c, "quarantine candidate").contains(&quarantined));
+}
+
+#[test]
+fn graph_expansion_reaches_atoms_sharing_a_rare_entity() {
+    let m = memory();
+    let c = caller("hmg");
+    let seed = remember(&m, &c, "The billing outage was traced to the ledger-sync worker");
+    let linked = remember(&m, &c, "ledger-sync worker restarts every night at 02:00");
+    for i in 0..5 {
+        remember(&m, &c, &format!("Unrelated note number {i} about lunch"));
+    }
+    let outcome = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new("billing outage") }).unwrap();
+    let ranked: Vec<&str> = outcome.atoms.iter().map(|a| a.atom_id.as_str()).collect();
+    assert_eq!(ranked[0], seed);
+    let reached = outcome.atoms.iter().find(|a| a.atom_id == linked).expect("the linked atom is reached through the graph");
+    let explain = reached.explain.as_ref().unwrap();
+    assert!(explain.keyword.is_none(), "no keyword overlap with the query");
+    assert!(explain.graph.iter().any(|(from, via, _)| from == &seed && via.starts_with("entity:")), "{explain:?}");
+}
+
+#[test]
+fn invalid_recall_requests_name_the_field() {
+    let m = memory();
+    let c = caller("hmg");
+    for (request, field) in [
+        (RecallRequest::new("   "), "query"),
+        (RecallRequest { max_results: 0, ..RecallRequest::new("x") }, "max_results"),
+        (RecallRequest { max_results: 101, ..RecallRequest::new("x") }, "max_results"),
+        (RecallRequest::new("长".repeat(hmg::recall::MAX_QUERY_CHARS + 1)), "query"),
+    ] {
+        match m.recall(&c, request) {
+            Err(MemoryError::InvalidInput { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected an invalid {field}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn semantic_recall_with_the_local_model() {
+    let m = with_model(None);
+    let c = caller("hmg");
+    let target = remember(&m, &c, "The cat sleeps on the warm windowsill every afternoon");
+    remember(&m, &c, "Quarterly revenue grew by twelve percent");
+    remember(&m, &c, "The CI pipeline caches cargo registries");
+    let outcome = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new("kitten napping in the sun") }).unwrap();
+    assert_eq!(outcome.atoms[0].atom_id, target, "{outcome:?}");
+    let explain = outcome.atoms[0].explain.as_ref().unwrap();
+    assert!(explain.semantic.is_some() && explain.keyword.is_none());
+    assert!(outcome.warning.is_none());
+    let stats = m.stats(&c).unwrap();
+    assert_eq!((stats.indexes.semantic, stats.indexes.keyword), (3, 3));
+}
+
+#[test]
+fn deleting_every_index_and_reopening_gives_identical_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = caller("hmg");
+    let queries = ["database", "数据库 连接", "キャッシュ", "deploy helm", "weekly meeting"];
+    let texts = [
+        "We use PostgreSQL 16 as the main database",
+        "数据库连接池上限是 50 个连接",
+        "キャッシュサーバーは Redis 7 を使う",
+        "Deployments run through the Helm chart",
+        "The weekly meeting moved to Thursday",
+        "老李负责数据库迁移",
+        "田中さんがキャッシュの設定を変えた",
+    ];
+    let before: Vec<Vec<(String, u32)>> = {
+        let m = with_model(Some(dir.path()));
+        for text in texts {
+            remember(&m, &c, text);
+        }
+        m.persist_indexes().unwrap();
+        queries
+            .iter()
+            .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
+            .collect()
+    };
+    std::fs::remove_dir_all(dir.path().join("index")).unwrap();
+    let m = with_model(Some(dir.path()));
+    let after: Vec<Vec<(String, u32)>> = queries
+        .iter()
+        .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
+        .collect();
+    assert_eq!(before, after);
+    m.reindex(&mut |_, _, _| {}).unwrap();
+    let rebuilt: Vec<Vec<(String, u32)>> = queries
+        .iter()
+        .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
+        .collect();
+    assert_eq!(before, rebuilt);
+}
+
+#[test]
+fn writes_not_yet_indexed_are_caught_up_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = caller("hmg");
+    let id = {
+        // Dropped without persisting: the keyword commit and vector file are
+        // never written, as if the process died right after the store commit.
+        let m = Memory::open_with(Some(dir.path()), MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled)).unwrap();
+        remember(&m, &c, "Unindexed memory about the flux capacitor")
+    };
+    let m = Memory::open_with(Some(dir.path()), MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled)).unwrap();
+    assert_eq!(ids(&m, &c, "flux capacitor"), [id]);
+}
