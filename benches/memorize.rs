@@ -8,39 +8,18 @@ use std::time::{Duration, Instant};
 
 use hmg::{Caller, Effect, MemorizeRequest, Memory, Scope};
 
-const SUBJECTS: &[&str] = &["PostgreSQL", "Redis", "tokio", "the billing service", "src/login.py", "Kubernetes", "老李", "田中さん"];
-const EN: &[&str] = &[
-    "{s} must be restarted after config change #{i}",
-    "{s} probably caused incident #{i}",
-    "We moved {s} to region eu-{i}",
-    "If {s} times out, retry request #{i} twice",
-];
-const ZH: &[&str] = &["{s} 第{i}号配置变更后必须重启", "第{i}次事故可能是{s}导致的", "我们把{s}迁移到了第{i}个集群"];
-const JA: &[&str] = &["{s} は設定変更 {i} の後に必ず再起動する", "障害 {i} の原因はたぶん {s} だ", "{s} をクラスタ {i} に移行した"];
+mod common;
 
-fn sentence(i: usize) -> String {
-    let subject = SUBJECTS[i % SUBJECTS.len()];
-    let templates = match i % 3 {
-        0 => EN,
-        1 => ZH,
-        _ => JA,
-    };
-    templates[(i / 3) % templates.len()].replace("{s}", subject).replace("{i}", &i.to_string())
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
+use common::{percentile_ms, sentence};
 
 fn report(label: &str, samples: &mut Vec<Duration>) {
     samples.sort();
     println!(
         "{label:<28} n={:<6} p50={:>8.3} ms  p95={:>8.3} ms  p99={:>8.3} ms  max={:>8.3} ms",
         samples.len(),
-        percentile(samples, 0.50).as_secs_f64() * 1e3,
-        percentile(samples, 0.95).as_secs_f64() * 1e3,
-        percentile(samples, 0.99).as_secs_f64() * 1e3,
+        percentile_ms(samples, 0.50),
+        percentile_ms(samples, 0.95),
+        percentile_ms(samples, 0.99),
         samples.last().map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0),
     );
 }
@@ -48,7 +27,14 @@ fn report(label: &str, samples: &mut Vec<Duration>) {
 fn main() {
     let n: usize = std::env::var("HMG_BENCH_ATOMS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let dir = tempfile::tempdir().expect("temp dir");
-    let memory = Memory::open(dir.path()).expect("store opens");
+    // The write path without a model (embedding cost is reported by the
+    // recall bench and `hmg eval`); HMG_BENCH_EMBEDDER=1 includes it.
+    let options = if std::env::var_os("HMG_BENCH_EMBEDDER").is_some() {
+        hmg::MemoryOptions::default()
+    } else {
+        hmg::MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled)
+    };
+    let memory = Memory::open_with(Some(dir.path()), options).expect("store opens");
     let caller = Caller::new(Scope::tenant("bench").with_workspace("acme").with_repository("hmg").with_branch("main"), "bench");
 
     let mut all = Vec::with_capacity(n);

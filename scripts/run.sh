@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
-cargo build --release --locked --bin hmg
+cargo build --release --locked --features e5 --bin hmg
 HMG="$CARGO_TARGET_DIR/release/hmg"
 cd "${HMG_WORKDIR:-$OLDPWD}"
 if [ $# -eq 0 ]; then

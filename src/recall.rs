@@ -31,7 +31,8 @@ pub enum Fusion {
 /// Recall tuning. Every field is documented with its default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecallConfig {
-    /// Fusion method (default `Rrf`).
+    /// Fusion method (default `Mix`: measured better than RRF on every
+    /// benchmark set, see `ARCHITECTURE.md`).
     pub fusion: Fusion,
     /// RRF constant k (default 60).
     pub rrf_k: f32,
@@ -41,11 +42,11 @@ pub struct RecallConfig {
     pub keyword_weight: f32,
     /// Weight of the semantic list (default 1.0).
     pub semantic_weight: f32,
-    /// Weight of the query-entity list (default 0.5).
+    /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
-    /// How many top candidates seed graph expansion (default 10).
+    /// How many top candidates seed graph expansion (default 5).
     pub expansion_seeds: usize,
-    /// Score multiplier per hop (default 0.35).
+    /// Score multiplier per hop (default 0.15).
     pub hop_decay: f32,
     /// Session neighbours on each side reached in one hop (default 1).
     pub session_window: usize,
@@ -68,14 +69,14 @@ pub struct RecallConfig {
 impl Default for RecallConfig {
     fn default() -> RecallConfig {
         RecallConfig {
-            fusion: Fusion::Rrf,
+            fusion: Fusion::Mix,
             rrf_k: 60.0,
             candidates: 100,
             keyword_weight: 1.0,
             semantic_weight: 1.0,
-            entity_weight: 0.5,
-            expansion_seeds: 10,
-            hop_decay: 0.35,
+            entity_weight: 0.3,
+            expansion_seeds: 5,
+            hop_decay: 0.15,
             session_window: 1,
             max_entity_degree: 40,
             boost_necessary: 1.10,
@@ -196,8 +197,13 @@ impl Memory {
         let started = Instant::now();
 
         let keyword = indexes.keyword().search(tenant, &repo_keys, statuses, query, config.candidates).map_err(crate::indexes::IndexError::from)?;
+        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "keyword");
+        let query_language = crate::text::detect_language(query);
+        let understood = |e: &std::sync::Arc<dyn crate::embed::Embedder>| {
+            e.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language))
+        };
         let semantic = match (indexes.vectors(), indexes.embedder()) {
-            (Some(vectors), Some(embedder)) => match embedder.embed_query(query) {
+            (Some(vectors), Some(embedder)) if understood(embedder) => match embedder.embed_query(query) {
                 Ok(vector) => vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
                 Err(error) => {
                     tracing::warn!(%error, "query embedding failed; recalling without semantic search");
@@ -220,12 +226,16 @@ impl Memory {
                 Fusion::Mix => config.keyword_weight * score / max_keyword,
             };
         }
+        // Cosine ranges differ between models (e5 crowds them near 0.8), so
+        // mixing calibrates them per query: min–max over this candidate list.
+        let (low, high) = semantic.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
+        let spread = (high - low).max(f32::EPSILON);
         for (rank, (id, cosine)) in semantic.iter().enumerate() {
             let c = candidates.entry(*id).or_default();
             c.explain.semantic = Some((rank + 1, *cosine));
             c.score += match config.fusion {
                 Fusion::Rrf => config.semantic_weight / (config.rrf_k + rank as f32 + 1.0),
-                Fusion::Mix => config.semantic_weight * ((cosine - 0.2) / 0.8).clamp(0.0, 1.0),
+                Fusion::Mix => config.semantic_weight * (cosine - low) / spread,
             };
         }
         for (rank, id) in entity_list.iter().enumerate() {
@@ -265,14 +275,29 @@ impl Memory {
             }
         }
 
+        tracing::debug!(candidates = candidates.len(), elapsed_us = started.elapsed().as_micros() as u64, "fused and expanded");
         // Hydrate, confine again (status and visibility), boost.
         let mut ranked: Vec<(AtomId, Candidate)> = candidates.into_iter().collect();
         ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
         let now = chrono::Utc::now();
         let mut results: Vec<(crate::atom::Atom, Candidate)> = Vec::new();
-        let hydrate_limit = (request.max_results * 4).max(40);
-        for (id, mut candidate) in ranked.into_iter().take(hydrate_limit) {
-            let Some(atom) = self.atom(tenant, id)? else { continue };
+        // Boosts are bounded, so once a candidate could not reach the current
+        // k-th result even with the largest boost, none after it can.
+        let max_boost = config.boost_necessary.max(1.0) * config.boost_user.max(1.0) * (1.0 + config.recency_bonus.max(0.0));
+        let mut kth_best: Vec<f32> = Vec::with_capacity(request.max_results + 1);
+        let mut scopes = HashMap::new();
+        // A hard cap keeps hydration bounded when many scores are close; the
+        // boosts' effect that far down the list is negligible.
+        let hydrate_cap = (request.max_results * 3).max(30);
+        let mut hydrated = 0;
+        for (id, mut candidate) in ranked {
+            if kth_best.len() >= request.max_results
+                && (candidate.score * max_boost < kth_best[request.max_results - 1] || hydrated >= hydrate_cap)
+            {
+                break;
+            }
+            hydrated += 1;
+            let Some(atom) = crate::memory::load_atom_cached(self.store(), tenant, id, false, &mut scopes)? else { continue };
             let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
             let visibility = scope.sees(&atom.scope);
             if !allowed || visibility == Visibility::Hidden {
@@ -293,10 +318,14 @@ impl Memory {
             boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));
             candidate.explain.boost = boost;
             candidate.score = (candidate.score * boost).clamp(0.0, 1.0);
+            let position = kth_best.partition_point(|s| *s >= candidate.score);
+            kth_best.insert(position, candidate.score);
+            kth_best.truncate(request.max_results);
             results.push((atom, candidate));
         }
         results.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.id.cmp(&b.0.id)));
         results.truncate(request.max_results);
+        tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
         let atoms = results
             .into_iter()
             .map(|(atom, candidate)| RecalledAtom {

@@ -159,9 +159,12 @@ pub enum Command {
         /// Results ranked per query (at least 10).
         #[arg(long, default_value_t = 50)]
         depth: usize,
-        /// Fusion method: rrf or mix.
-        #[arg(long, default_value = "rrf")]
+        /// Fusion method: mix or rrf.
+        #[arg(long, default_value = "mix")]
         fusion: String,
+        /// Override recall weights for experiments: keyword,semantic,entity,hop_decay,session_window,seeds.
+        #[arg(long)]
+        tune: Option<String>,
     },
     /// Audit chain tools.
     Audit {
@@ -290,13 +293,30 @@ fn open(cli_store: Option<PathBuf>) -> Result<Memory, CliError> {
 }
 
 fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
-    if let Command::Eval { memories, queries, run_out, depth, fusion } = &cli.command {
+    if let Command::Eval { memories, queries, run_out, depth, fusion, tune } = &cli.command {
         let fusion = match fusion.as_str() {
             "rrf" => crate::recall::Fusion::Rrf,
             "mix" => crate::recall::Fusion::Mix,
             other => return Err(MemoryError::invalid("fusion", format!("unknown fusion '{other}'; expected rrf or mix")).into()),
         };
-        let options = crate::MemoryOptions::default().with_recall(crate::RecallConfig { fusion, ..crate::RecallConfig::default() });
+        let mut config = crate::RecallConfig { fusion, ..crate::RecallConfig::default() };
+        if let Some(tune) = tune {
+            let values: Vec<f32> = tune
+                .split(',')
+                .map(|v| v.trim().parse::<f32>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| MemoryError::invalid("tune", format!("expected comma-separated numbers: {e}")))?;
+            let [keyword, semantic, entity, hop, window, seeds] = values[..] else {
+                return Err(MemoryError::invalid("tune", "expected six numbers: keyword,semantic,entity,hop_decay,session_window,seeds").into());
+            };
+            config.keyword_weight = keyword;
+            config.semantic_weight = semantic;
+            config.entity_weight = entity;
+            config.hop_decay = hop;
+            config.session_window = window as usize;
+            config.expansion_seeds = seeds as usize;
+        }
+        let options = crate::MemoryOptions::default().with_recall(config);
         let report = crate::eval::run(memories, queries, run_out.as_deref(), *depth, options, &mut |line| {
             let _ = writeln!(err, "eval: {line}");
         })?;

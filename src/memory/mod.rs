@@ -32,6 +32,7 @@ mod govern;
 mod read;
 mod write;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -407,6 +408,24 @@ fn literal_value(term: &Term) -> Option<&str> {
 
 /// Reads an atom from its quads.
 pub(crate) fn load_atom(store: &Store, tenant: &str, id: AtomId) -> Result<Option<Atom>> {
+    load_atom_with(store, tenant, id, true)
+}
+
+/// Reads an atom; without `with_entities` its entity names are left empty
+/// (one lookup less per entity: what recall hydration needs).
+pub(crate) fn load_atom_with(store: &Store, tenant: &str, id: AtomId, with_entities: bool) -> Result<Option<Atom>> {
+    load_atom_cached(store, tenant, id, with_entities, &mut HashMap::new())
+}
+
+/// Reads an atom, reusing scopes already read (`scopes`): most atoms of a
+/// recall share a handful of scope nodes.
+pub(crate) fn load_atom_cached(
+    store: &Store,
+    tenant: &str,
+    id: AtomId,
+    with_entities: bool,
+    scopes: &mut HashMap<NamedNode, Scope>,
+) -> Result<Option<Atom>> {
     let iri = store::atom_iri(id);
     let quads = store.describe(tenant, iri.as_ref())?;
     if quads.is_empty() {
@@ -469,20 +488,27 @@ pub(crate) fn load_atom(store: &Store, tenant: &str, id: AtomId) -> Result<Optio
         }
     }
     let scope_node = scope_node.ok_or_else(|| corrupt("scope"))?;
-    let mut scope = Scope::tenant(tenant);
-    for quad in store.describe(tenant, scope_node.as_ref())? {
-        let value = literal_value(&quad.object).map(str::to_owned);
-        let p = quad.predicate.as_ref();
-        if p == hmg::WORKSPACE {
-            scope.workspace = value;
-        } else if p == hmg::REPOSITORY {
-            scope.repository = value;
-        } else if p == hmg::BRANCH {
-            scope.branch = value;
+    let scope = match scopes.get(&scope_node) {
+        Some(scope) => scope.clone(),
+        None => {
+            let mut scope = Scope::tenant(tenant);
+            for quad in store.describe(tenant, scope_node.as_ref())? {
+                let value = literal_value(&quad.object).map(str::to_owned);
+                let p = quad.predicate.as_ref();
+                if p == hmg::WORKSPACE {
+                    scope.workspace = value;
+                } else if p == hmg::REPOSITORY {
+                    scope.repository = value;
+                } else if p == hmg::BRANCH {
+                    scope.branch = value;
+                }
+            }
+            scopes.insert(scope_node, scope.clone());
+            scope
         }
-    }
+    };
     let mut entities = Vec::with_capacity(entity_nodes.len());
-    for node in entity_nodes {
+    for node in entity_nodes.into_iter().filter(|_| with_entities) {
         let label = store
             .describe(tenant, node.as_ref())?
             .into_iter()

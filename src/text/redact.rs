@@ -54,6 +54,10 @@ impl Redaction {
     /// introduced the secrets (`password=`, `Bearer`, 密码：…), spaces and
     /// punctuation.
     pub fn has_substance(&self) -> bool {
+        if !self.changed() {
+            // Nothing was removed: any text stays (";)" is a memory too).
+            return !self.text.trim().is_empty();
+        }
         let mut rest = self.text.clone();
         for kind in &self.kinds {
             rest = rest.replace(&format!("[REDACTED:{kind}]"), " ");
@@ -116,5 +120,6 @@ mod tests {
         let r = redact("AKIAIOSFODNN7EXAMPLE");
         assert!(r.changed());
         assert!(!r.has_substance());
+        assert!(redact(";)").has_substance(), "text without secrets is never 'nothing left'");
     }
 }

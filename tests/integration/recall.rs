@@ -184,3 +184,45 @@ fn writes_not_yet_indexed_are_caught_up_at_open() {
     let m = Memory::open_with(Some(dir.path()), MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled)).unwrap();
     assert_eq!(ids(&m, &c, "flux capacitor"), [id]);
 }
+
+#[test]
+fn the_onnx_backend_loads_the_installed_model_and_knows_its_languages() {
+    use hmg::embed::Embedder;
+    let embedder = hmg::embed::onnx::OnnxEmbedder::from_env().expect("scripts/setup.sh installs ONNX Runtime and all-MiniLM-L6-v2");
+    assert_eq!(embedder.dims(), 384);
+    assert_eq!(embedder.languages(), Some(&["en".to_owned()][..]));
+    let query = embedder.embed_query("kitten napping in the sun").unwrap();
+    let passages = embedder.embed_passages(&["The cat sleeps on the warm windowsill", "Quarterly revenue grew"]).unwrap();
+    let cosine = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(cosine(&query, &passages[0]) > cosine(&query, &passages[1]) + 0.1);
+    assert!((cosine(&query, &query) - 1.0).abs() < 1e-4, "vectors are normalized");
+}
+
+#[test]
+fn a_missing_or_wrong_runtime_is_a_clear_error_not_a_panic() {
+    let models = hmg::embed::default_models_dir().unwrap().join("all-MiniLM-L6-v2");
+    let missing = hmg::embed::onnx::OnnxEmbedder::load(std::path::Path::new("/nonexistent/libonnxruntime.so"), &models).unwrap_err();
+    assert!(missing.to_string().contains("cannot load ONNX Runtime"), "{missing}");
+    let no_model = hmg::embed::onnx::OnnxEmbedder::load(std::path::Path::new("/nonexistent/libonnxruntime.so"), std::path::Path::new("/nonexistent-model"));
+    assert!(no_model.is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let empty_model = hmg::embed::onnx::OnnxEmbedder::load(&hmg::embed::default_models_dir().unwrap().join("libonnxruntime.so"), dir.path()).unwrap_err();
+    assert!(empty_model.to_string().contains("model.onnx"), "{empty_model}");
+}
+
+/// The project's builds use the multilingual engine: a Chinese or Japanese
+/// paraphrase finds its memory, and so does an English query.
+#[cfg(feature = "e5")]
+#[test]
+fn multilingual_semantic_recall_with_e5() {
+    let m = with_model(None);
+    assert!(m.indexes().embedder().unwrap().id().starts_with("e5:"));
+    let c = caller("hmg");
+    let zh = remember(&m, &c, "我女儿下个月要参加钢琴比赛");
+    let ja = remember(&m, &c, "週末は家族で富士山に登る予定です");
+    remember(&m, &c, "The invoice service retries failed payments three times");
+    remember(&m, &c, "季度财报显示收入增长了百分之十二");
+    assert_eq!(ids(&m, &c, "孩子的音乐演出")[0], zh);
+    assert_eq!(ids(&m, &c, "山登りの計画")[0], ja);
+    assert_eq!(ids(&m, &c, "piano competition")[0], zh, "cross-lingual: English query, Chinese memory");
+}

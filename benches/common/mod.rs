@@ -1,0 +1,41 @@
+//! Shared by the benches: a generator of synthetic multilingual atoms.
+
+#![allow(dead_code)]
+
+const SUBJECTS: &[&str] = &["PostgreSQL", "Redis", "tokio", "the billing service", "src/login.py", "Kubernetes", "老李", "田中さん", "ledger-sync", "Caroline"];
+const EN: &[&str] = &[
+    "{s} must be restarted after config change #{i}",
+    "{s} probably caused incident #{i}",
+    "We moved {s} to region eu-{i}",
+    "If {s} times out, retry request #{i} twice",
+];
+const ZH: &[&str] = &["{s} 第{i}号配置变更后必须重启", "第{i}次事故可能是{s}导致的", "我们把{s}迁移到了第{i}个集群"];
+const JA: &[&str] = &["{s} は設定変更 {i} の後に必ず再起動する", "障害 {i} の原因はたぶん {s} だ", "{s} をクラスタ {i} に移行した"];
+
+/// The i-th synthetic memory (distinct for every i).
+pub(crate) fn sentence(i: usize) -> String {
+    let subject = SUBJECTS[i % SUBJECTS.len()];
+    let templates = match i % 3 {
+        0 => EN,
+        1 => ZH,
+        _ => JA,
+    };
+    templates[(i / 3) % templates.len()].replace("{s}", subject).replace("{i}", &i.to_string())
+}
+
+/// p-th percentile of sorted durations, in milliseconds.
+pub(crate) fn percentile_ms(sorted: &[std::time::Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1e3
+}
+
+/// Resident memory of this process in MiB (Linux).
+pub(crate) fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}

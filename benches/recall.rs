@@ -1,0 +1,141 @@
+//! Recall latency at 10k and 100k atoms (override with HMG_BENCH_SIZES, e.g.
+//! "10000,100000"), p50/p95, without and with query embedding, and the
+//! memory use of the open store.
+//!
+//! The vector index is filled by a deterministic stand-in embedder (hashed
+//! word vectors, 384 dimensions) so the whole search path — keyword, vector
+//! search (exact or HNSW), entities, graph expansion, hydration — runs at
+//! full size without spending hours embedding 100k synthetic sentences; the
+//! real model's query-embedding time is measured separately and reported
+//! added to it.
+//!
+//! Run: `cargo bench --bench recall`
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{percentile_ms, rss_mib, sentence};
+use hmg::embed::{EmbedError, Embedder};
+use hmg::{Caller, EmbedderChoice, MemorizeRequest, Memory, MemoryOptions, RecallRequest, Scope};
+
+struct HashEmbedder;
+
+impl HashEmbedder {
+    fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0.0f32; 384];
+        for term in hmg::text::analyze::terms(text, hmg::text::analyze::Mode::Query) {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in term.bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+            for k in 0..4 {
+                let slot = ((h >> (k * 16)) % 384) as usize;
+                v[slot] += if (h >> (k + 60)) & 1 == 0 { 1.0 } else { -1.0 };
+            }
+        }
+        hmg::embed::normalize(&mut v);
+        v
+    }
+}
+
+impl Embedder for HashEmbedder {
+    fn id(&self) -> &str {
+        "bench-hash:384"
+    }
+    fn dims(&self) -> usize {
+        384
+    }
+    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| HashEmbedder::vector(t)).collect())
+    }
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        Ok(HashEmbedder::vector(text))
+    }
+}
+
+const QUERIES: &[&str] = &[
+    "PostgreSQL restart config change",
+    "billing service incident",
+    "Redis 迁移 集群",
+    "キャッシュ 障害 原因",
+    "ledger-sync region",
+    "老李 配置变更",
+    "Kubernetes retry request",
+    "src/login.py incident",
+];
+
+fn main() {
+    if let Ok(filter) = std::env::var("HMG_LOG") {
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::new(filter)).init();
+    }
+    let sizes: Vec<usize> = std::env::var("HMG_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000, 100_000]);
+    let caller = Caller::new(Scope::tenant("bench").with_workspace("acme").with_repository("hmg").with_branch("main"), "bench");
+
+    // The real model's query embedding, measured on its own.
+    let mut embed_samples = Vec::new();
+    let model = hmg::embed::from_env();
+    match &model {
+        Ok(Some(model)) => {
+            for round in 0..5 {
+                for q in QUERIES {
+                    let t = Instant::now();
+                    let _ = model.embed_query(&format!("{q} {round}"));
+                    embed_samples.push(t.elapsed());
+                }
+            }
+            embed_samples.sort();
+            println!(
+                "query embedding ({}): p50={:.3} ms p95={:.3} ms",
+                model.id(),
+                percentile_ms(&embed_samples, 0.5),
+                percentile_ms(&embed_samples, 0.95)
+            );
+        }
+        Ok(None) => println!("query embedding: no model configured"),
+        Err(error) => println!("query embedding: model unavailable: {error}"),
+    }
+
+    for n in sizes {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = MemoryOptions::default().with_embedder(EmbedderChoice::Given(Arc::new(HashEmbedder)));
+        let memory = Memory::open_with(Some(dir.path()), options).expect("store opens");
+        let started = Instant::now();
+        for i in 0..n {
+            memory.memorize(&caller, MemorizeRequest::new(sentence(i))).expect("memorize");
+            if (i + 1) % 20_000 == 0 {
+                eprintln!("  {} / {n} atoms", i + 1);
+            }
+        }
+        memory.persist_indexes().expect("persist");
+        eprintln!("  ingested {n} atoms in {:.1} s", started.elapsed().as_secs_f64());
+        // Warm-up (first search commits and loads the reader).
+        let _ = memory.recall(&caller, RecallRequest::new("warm up"));
+        let mut samples: Vec<Duration> = Vec::new();
+        for round in 0..25 {
+            for q in QUERIES {
+                let t = Instant::now();
+                let outcome = memory.recall(&caller, RecallRequest::new(format!("{q} {round}"))).expect("recall");
+                samples.push(t.elapsed());
+                assert!(!outcome.atoms.is_empty());
+            }
+        }
+        samples.sort();
+        let p50 = percentile_ms(&samples, 0.5);
+        let p95 = percentile_ms(&samples, 0.95);
+        println!("recall at {n:>6} atoms, query embedding excluded: p50={p50:.3} ms p95={p95:.3} ms (n={})", samples.len());
+        if !embed_samples.is_empty() {
+            println!(
+                "recall at {n:>6} atoms, query embedding included: p50={:.3} ms p95={:.3} ms",
+                p50 + percentile_ms(&embed_samples, 0.5),
+                p95 + percentile_ms(&embed_samples, 0.95)
+            );
+        }
+        let stats = memory.stats(&caller).expect("stats");
+        println!("store at {n:>6} atoms: rss={:.0} MiB, keyword={}, semantic={}, edges={}", rss_mib(), stats.indexes.keyword, stats.indexes.semantic, stats.edges);
+    }
+}
