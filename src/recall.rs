@@ -44,11 +44,11 @@ pub struct RecallConfig {
     pub semantic_weight: f32,
     /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
-    /// How many top candidates seed graph expansion (default 5).
+    /// How many top candidates seed graph expansion (default 10).
     pub expansion_seeds: usize,
     /// Score multiplier per hop (default 0.15).
     pub hop_decay: f32,
-    /// Session neighbours on each side reached in one hop (default 1).
+    /// Session neighbours on each side reached in one hop (default 2).
     pub session_window: usize,
     /// Entities linking more atoms than this are too common to expand (default 40).
     pub max_entity_degree: usize,
@@ -75,9 +75,9 @@ impl Default for RecallConfig {
             keyword_weight: 1.0,
             semantic_weight: 1.0,
             entity_weight: 0.3,
-            expansion_seeds: 5,
+            expansion_seeds: 10,
             hop_decay: 0.15,
-            session_window: 1,
+            session_window: 2,
             max_entity_degree: 40,
             boost_necessary: 1.10,
             boost_possible: 0.92,

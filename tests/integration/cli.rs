@@ -106,6 +106,26 @@ fn memorize_recall_free_contract_and_exit_statuses() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("完成了数据库迁移") && text.contains("必ずバックアップ"), "{text}");
 
+    let out = hmg(&store, &cwd, &["recall", "主数据库", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let recalled = json(&out);
+    let found: Vec<&str> = recalled["atoms"].as_array().unwrap().iter().filter_map(|a| a["atom_id"].as_str()).collect();
+    assert!(!found.contains(&atom.as_str()), "a superseded atom is not recalled");
+    assert!(!found.contains(&head.as_str()), "a sealed atom is not recalled");
+    let first = &recalled["atoms"][0];
+    assert!(first["content"].as_str().unwrap().contains("数据库"), "{recalled}");
+    for field in ["atom_id", "content", "score", "created_at", "source"] {
+        assert!(!first[field].is_null(), "{field}");
+    }
+    assert!((0.0..=1.0).contains(&first["score"].as_f64().unwrap()));
+    let out = hmg(&store, &cwd, &["recall", "主数据库", "--max-results", "0", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("max_results")));
+    let out = hmg(&store, &cwd, &["recall", "database", "--explain"]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = hmg(&store, tmp.path(), &["reindex"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reindexed"));
+
     let out = hmg(&store, &cwd, &["audit", "verify", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json(&out)["ok"], true);

@@ -145,30 +145,25 @@ fn deleting_every_index_and_reopening_gives_identical_results() {
         "老李负责数据库迁移",
         "田中さんがキャッシュの設定を変えた",
     ];
-    let before: Vec<Vec<(String, u32)>> = {
-        let m = with_model(Some(dir.path()));
-        for text in texts {
-            remember(&m, &c, text);
-        }
-        m.persist_indexes().unwrap();
+    let snapshot = |m: &Memory| -> Vec<Vec<(String, u32)>> {
         queries
             .iter()
             .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
             .collect()
     };
+    let before = {
+        let m = with_model(Some(dir.path()));
+        for text in texts {
+            remember(&m, &c, text);
+        }
+        m.persist_indexes().unwrap();
+        snapshot(&m)
+    };
     std::fs::remove_dir_all(dir.path().join("index")).unwrap();
     let m = with_model(Some(dir.path()));
-    let after: Vec<Vec<(String, u32)>> = queries
-        .iter()
-        .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
-        .collect();
-    assert_eq!(before, after);
+    assert_eq!(before, snapshot(&m));
     m.reindex(&mut |_, _, _| {}).unwrap();
-    let rebuilt: Vec<Vec<(String, u32)>> = queries
-        .iter()
-        .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
-        .collect();
-    assert_eq!(before, rebuilt);
+    assert_eq!(before, snapshot(&m));
 }
 
 #[test]
