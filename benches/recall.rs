@@ -76,27 +76,30 @@ fn main() {
         .unwrap_or_else(|| vec![10_000, 100_000]);
     let caller = Caller::new(Scope::tenant("bench").with_workspace("acme").with_repository("hmg").with_branch("main"), "bench");
 
-    // The real model's query embedding, measured on its own.
+    // The real models' query embedding, measured on their own (an English
+    // query asks every model of the default ensemble).
     let mut embed_samples = Vec::new();
-    let model = hmg::embed::from_env();
-    match &model {
-        Ok(Some(model)) => {
+    match hmg::embed::from_env() {
+        Ok(models) if !models.is_empty() => {
             for round in 0..5 {
                 for q in QUERIES {
                     let t = Instant::now();
-                    let _ = model.embed_query(&format!("{q} {round}"));
+                    for model in &models {
+                        let _ = model.embed_query(&format!("{q} {round}"));
+                    }
                     embed_samples.push(t.elapsed());
                 }
             }
             embed_samples.sort();
+            let ids: Vec<&str> = models.iter().map(|m| m.id()).collect();
             println!(
                 "query embedding ({}): p50={:.3} ms p95={:.3} ms",
-                model.id(),
+                ids.join(" + "),
                 percentile_ms(&embed_samples, 0.5),
                 percentile_ms(&embed_samples, 0.95)
             );
         }
-        Ok(None) => println!("query embedding: no model configured"),
+        Ok(_) => println!("query embedding: no model configured"),
         Err(error) => println!("query embedding: model unavailable: {error}"),
     }
 

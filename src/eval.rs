@@ -192,9 +192,11 @@ pub fn run(
     let memories: Vec<BenchMemory> = read_jsonl(memories_path)?;
     let queries: Vec<BenchQuery> = read_jsonl(queries_path)?;
     let memory = Memory::open_with(None, options)?;
-    let embedder = match memory.indexes().embedder() {
-        Some(e) => e.id().to_owned(),
-        None => memory.indexes().semantic_note().unwrap_or("none").to_owned(),
+    let models: Vec<&str> = memory.indexes().semantic().iter().map(|s| s.embedder.id()).collect();
+    let embedder = if models.is_empty() {
+        memory.indexes().semantic_note().unwrap_or("none").to_owned()
+    } else {
+        models.join(" + ")
     };
     progress(&format!("embedder: {embedder}"));
     let caller_for = |sample: &str| Caller::new(Scope::tenant("eval").with_workspace("bench").with_repository(sample), "eval");

@@ -71,39 +71,55 @@ fn keyword_text(atom: &Atom) -> Option<String> {
     Some(text)
 }
 
+/// One embedding model and its vectors.
+pub struct Semantic {
+    /// The model.
+    pub embedder: Arc<dyn Embedder>,
+    /// Its vectors.
+    pub vectors: VectorIndex,
+}
+
 /// The derived indexes.
 pub struct Indexes {
     keyword: KeywordIndex,
-    vectors: Option<VectorIndex>,
-    embedder: Option<Arc<dyn Embedder>>,
+    semantic: Vec<Semantic>,
     graph: RwLock<GraphIndex>,
     semantic_note: Option<String>,
 }
 
 impl std::fmt::Debug for Indexes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Indexes").field("vectors", &self.vectors).field("semantic_note", &self.semantic_note).finish()
+        let models: Vec<&str> = self.semantic.iter().map(|s| s.embedder.id()).collect();
+        f.debug_struct("Indexes").field("models", &models).field("semantic_note", &self.semantic_note).finish()
     }
 }
 
+/// A directory name for a model id.
+fn model_dir_name(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
+}
+
 impl Indexes {
-    /// Opens the indexes under `dir` (or in RAM) and catches up with `store`.
-    pub fn open(dir: Option<&Path>, store: &Store, embedder: Result<Option<Arc<dyn Embedder>>, EmbedError>) -> Result<Indexes, IndexError> {
+    /// Opens the indexes under `dir` (or in RAM) with one semantic index per
+    /// embedder, and catches up with `store`.
+    pub fn open(dir: Option<&Path>, store: &Store, embedders: Result<Vec<Arc<dyn Embedder>>, EmbedError>) -> Result<Indexes, IndexError> {
         let keyword = KeywordIndex::open(dir.map(|d| d.join("keyword")).as_deref())?;
-        let (embedder, semantic_note) = match embedder {
-            Ok(Some(embedder)) => (Some(embedder), None),
-            Ok(None) => (None, Some("semantic search is disabled (HMG_EMBEDDER=none)".to_owned())),
+        let (embedders, semantic_note) = match embedders {
+            Ok(embedders) if embedders.is_empty() => (Vec::new(), Some("semantic search is disabled (HMG_EMBEDDER=none)".to_owned())),
+            Ok(embedders) => (embedders, None),
             Err(error) => {
                 let note = format!("semantic search is off: {error}; recall uses keyword and graph only");
                 tracing::warn!("{note}");
-                (None, Some(note))
+                (Vec::new(), Some(note))
             }
         };
-        let vectors = match &embedder {
-            Some(embedder) => Some(VectorIndex::open(dir.map(|d| d.join("vectors")).as_deref(), embedder.id(), embedder.dims())?),
-            None => None,
-        };
-        let indexes = Indexes { keyword, vectors, embedder, graph: RwLock::new(GraphIndex::new()), semantic_note };
+        let mut semantic = Vec::with_capacity(embedders.len());
+        for embedder in embedders {
+            let vector_dir = dir.map(|d| d.join("vectors").join(model_dir_name(embedder.id())));
+            let vectors = VectorIndex::open(vector_dir.as_deref(), embedder.id(), embedder.dims())?;
+            semantic.push(Semantic { embedder, vectors });
+        }
+        let indexes = Indexes { keyword, semantic, graph: RwLock::new(GraphIndex::new()), semantic_note };
         indexes.catch_up(store, &mut |_, _, _| {})?;
         Ok(indexes)
     }
@@ -113,17 +129,18 @@ impl Indexes {
         self.semantic_note.as_deref()
     }
 
-    /// The embedder, if any.
+    /// The primary embedder, if any.
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
-        self.embedder.as_ref()
+        self.semantic.first().map(|s| &s.embedder)
+    }
+
+    /// Every semantic index, primary first.
+    pub fn semantic(&self) -> &[Semantic] {
+        &self.semantic
     }
 
     pub(crate) fn keyword(&self) -> &KeywordIndex {
         &self.keyword
-    }
-
-    pub(crate) fn vectors(&self) -> Option<&VectorIndex> {
-        self.vectors.as_ref()
     }
 
     pub(crate) fn graph(&self) -> std::sync::RwLockReadGuard<'_, GraphIndex> {
@@ -134,27 +151,32 @@ impl Indexes {
         self.graph.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Embeds one atom's text for the vector index (before its write).
-    pub(crate) fn embed_atom(&self, atom: &Atom) -> Option<Vec<f32>> {
-        let embedder = self.embedder.as_ref()?;
-        let text = attributed_text(atom)?;
-        match embedder.embed_passages(&[text.as_str()]) {
-            Ok(mut vectors) => vectors.pop(),
-            Err(error) => {
-                tracing::warn!(%error, atom = %atom.id, "embedding failed; the atom is indexed without a vector");
-                None
-            }
-        }
+    /// Embeds one atom's text with every model, in `semantic()` order
+    /// (before its write).
+    pub(crate) fn embed_atom(&self, atom: &Atom) -> Vec<Option<Vec<f32>>> {
+        let Some(text) = attributed_text(atom) else { return vec![None; self.semantic.len()] };
+        self.semantic
+            .iter()
+            .map(|s| match s.embedder.embed_passages(&[text.as_str()]) {
+                Ok(mut vectors) => vectors.pop(),
+                Err(error) => {
+                    tracing::warn!(%error, atom = %atom.id, model = s.embedder.id(), "embedding failed; the atom is indexed without this vector");
+                    None
+                }
+            })
+            .collect()
     }
 
-    /// Coverage counts for `tenant`: (keyword, semantic).
+    /// Coverage counts for `tenant`: (keyword, semantic — atoms with a
+    /// vector from every model).
     pub fn counts(&self, tenant: &str) -> Result<(u64, u64), IndexError> {
-        Ok((self.keyword.count(tenant)?, self.vectors.as_ref().map_or(0, |v| v.count(tenant))))
+        let semantic = self.semantic.iter().map(|s| s.vectors.count(tenant)).min().unwrap_or(0);
+        Ok((self.keyword.count(tenant)?, semantic))
     }
 
     /// Updates every index for atoms touched by the write that committed as
     /// `version`. `vector` is a precomputed embedding for one of them.
-    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vector: Option<(AtomId, Vec<f32>)>) -> Result<(), IndexError> {
+    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vector: Option<(AtomId, Vec<Option<Vec<f32>>>)>) -> Result<(), IndexError> {
         let mut vector = vector;
         for id in atoms {
             let atom = crate::memory::load_atom(store, tenant, *id).map_err(|e| match e {
@@ -162,8 +184,8 @@ impl Indexes {
                 other => IndexError::Store(StoreError::Corrupt(other.to_string())),
             })?;
             let precomputed = match &vector {
-                Some((vid, _)) if vid == id => vector.take().map(|(_, v)| v),
-                _ => None,
+                Some((vid, _)) if vid == id => vector.take().map(|(_, v)| v).unwrap_or_default(),
+                _ => Vec::new(),
             };
             match atom {
                 Some(atom) => self.index_atom(&atom, version, precomputed)?,
@@ -175,13 +197,15 @@ impl Indexes {
 
     fn forget(&self, id: AtomId, version: u64) {
         self.keyword.remove(id, version);
-        if let Some(vectors) = &self.vectors {
-            vectors.remove(id, version);
+        for s in &self.semantic {
+            s.vectors.remove(id, version);
         }
         self.graph_mut().remove(id);
     }
 
-    fn index_atom(&self, atom: &Atom, version: u64, vector: Option<Vec<f32>>) -> Result<(), IndexError> {
+    /// Indexes one atom; `vectors[i]` is a precomputed vector for
+    /// `semantic()[i]` (missing ones are computed or kept).
+    fn index_atom(&self, atom: &Atom, version: u64, mut vectors: Vec<Option<Vec<f32>>>) -> Result<(), IndexError> {
         let Some(text) = keyword_text(atom) else {
             // Tombstoned: content destroyed, so nothing of it may stay indexed.
             self.forget(atom.id, version);
@@ -192,14 +216,15 @@ impl Indexes {
             &KeywordDoc { atom_id: atom.id, tenant: atom.scope.tenant_id.clone(), repo_key: repo.clone(), status: atom.status.as_str().to_owned(), text },
             version,
         )?;
-        if let Some(vectors) = &self.vectors {
+        vectors.resize(self.semantic.len(), None);
+        for (s, vector) in self.semantic.iter().zip(vectors) {
             let vector = match vector {
                 Some(v) => Some(v),
-                None if vectors.set_status(atom.id, atom.status.as_str(), version) => None,
-                None => self.embed_atom(atom),
+                None if s.vectors.set_status(atom.id, atom.status.as_str(), version) => None,
+                None => attributed_text(atom).and_then(|text| s.embedder.embed_passages(&[text.as_str()]).ok()).and_then(|mut v| v.pop()),
             };
             if let Some(vector) = vector {
-                vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
+                s.vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
             }
         }
         self.graph_mut().upsert(atom.id, &links_of(atom));
@@ -211,7 +236,7 @@ impl Indexes {
     pub fn catch_up(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
         self.build_graph(store)?;
         let target = store.snapshot_version()?;
-        let from = self.vectors.as_ref().map_or(u64::MAX, VectorIndex::applied_version).min(self.keyword.applied_version());
+        let from = self.semantic.iter().map(|s| s.vectors.applied_version()).min().unwrap_or(u64::MAX).min(self.keyword.applied_version());
         if from >= target {
             return Ok(());
         }
@@ -245,31 +270,29 @@ impl Indexes {
         }
         self.keyword.mark(target);
         self.keyword.refresh()?;
-        if let Some(vectors) = &self.vectors {
-            vectors.persist()?;
+        for s in &self.semantic {
+            s.vectors.persist()?;
         }
         Ok(())
     }
 
     fn index_batch(&self, batch: Vec<(Atom, u64)>) -> Result<(), IndexError> {
-        let needs_vector: Vec<usize> = match &self.vectors {
-            Some(vectors) => batch
-                .iter()
-                .enumerate()
-                .filter(|(_, (atom, _))| atom.content.is_some() && !vectors.contains(atom.id))
-                .map(|(i, _)| i)
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut computed: HashMap<usize, Vec<f32>> = HashMap::new();
-        if let (Some(embedder), false) = (&self.embedder, needs_vector.is_empty()) {
-            let texts: Vec<String> = needs_vector.iter().filter_map(|i| attributed_text(&batch[*i].0)).collect();
+        // Per model, embed in one call the atoms it has no vector for.
+        let mut computed: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; batch.len()];
+        for (model, s) in self.semantic.iter().enumerate() {
+            let missing: Vec<usize> =
+                (0..batch.len()).filter(|i| batch[*i].0.content.is_some() && !s.vectors.contains(batch[*i].0.id)).collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let texts: Vec<String> = missing.iter().filter_map(|i| attributed_text(&batch[*i].0)).collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = embedder.embed_passages(&refs)?;
-            computed = needs_vector.into_iter().zip(vectors).collect();
+            for (i, vector) in missing.into_iter().zip(s.embedder.embed_passages(&refs)?) {
+                computed[i][model] = Some(vector);
+            }
         }
-        for (i, (atom, version)) in batch.into_iter().enumerate() {
-            self.index_atom(&atom, version, computed.remove(&i))?;
+        for ((atom, version), vectors) in batch.into_iter().zip(computed) {
+            self.index_atom(&atom, version, vectors)?;
         }
         Ok(())
     }
@@ -304,8 +327,8 @@ impl Indexes {
     pub fn rebuild(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
         self.keyword.clear()?;
         self.keyword.refresh()?;
-        if let Some(vectors) = &self.vectors {
-            vectors.clear();
+        for s in &self.semantic {
+            s.vectors.clear();
         }
         self.catch_up(store, progress)
     }
@@ -313,8 +336,8 @@ impl Indexes {
     /// Makes buffered changes durable (keyword commit, vector file).
     pub fn persist(&self) -> Result<(), IndexError> {
         self.keyword.refresh()?;
-        if let Some(vectors) = &self.vectors {
-            vectors.persist()?;
+        for s in &self.semantic {
+            s.vectors.persist()?;
         }
         Ok(())
     }

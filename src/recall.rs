@@ -40,8 +40,13 @@ pub struct RecallConfig {
     pub candidates: usize,
     /// Weight of the keyword list (default 1.0).
     pub keyword_weight: f32,
-    /// Weight of the semantic list (default 1.0).
+    /// Weight of the semantic lists together (default 1.0), for queries of
+    /// up to `long_query_terms` terms.
     pub semantic_weight: f32,
+    /// From this many query terms on, the semantic weight grows (doubling at
+    /// four times as many): keyword scores get noisier as queries grow into
+    /// sentences and dialogues, embeddings do not (default 16).
+    pub long_query_terms: usize,
     /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
     /// How many top candidates seed graph expansion (default 10).
@@ -74,6 +79,7 @@ impl Default for RecallConfig {
             candidates: 100,
             keyword_weight: 1.0,
             semantic_weight: 1.0,
+            long_query_terms: 16,
             entity_weight: 0.3,
             expansion_seeds: 10,
             hop_decay: 0.15,
@@ -199,21 +205,21 @@ impl Memory {
         let keyword = indexes.keyword().search(tenant, &repo_keys, statuses, query, config.candidates).map_err(crate::indexes::IndexError::from)?;
         tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "keyword");
         let query_language = crate::text::detect_language(query);
-        let understood = |e: &std::sync::Arc<dyn crate::embed::Embedder>| {
-            e.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language))
-        };
-        let semantic = match (indexes.vectors(), indexes.embedder()) {
-            (Some(vectors), Some(embedder)) if understood(embedder) => match embedder.embed_query(query) {
-                Ok(vector) => vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
-                Err(error) => {
-                    tracing::warn!(%error, "query embedding failed; recalling without semantic search");
-                    Vec::new()
-                }
-            },
-            _ => Vec::new(),
-        };
+        // One list per model that understands the query's language.
+        let mut semantic_lists: Vec<Vec<(AtomId, f32)>> = Vec::new();
+        for s in indexes.semantic() {
+            if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
+                continue;
+            }
+            match s.embedder.embed_query(query) {
+                Ok(vector) => semantic_lists.push(
+                    s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
+                ),
+                Err(error) => tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it"),
+            }
+        }
         let entity_list = self.entity_candidates(tenant, query, config);
-        tracing::debug!(keyword = keyword.len(), semantic = semantic.len(), entity = entity_list.len(), elapsed_us = started.elapsed().as_micros() as u64, "candidates");
+        tracing::debug!(keyword = keyword.len(), semantic = semantic_lists.len(), entity = entity_list.len(), elapsed_us = started.elapsed().as_micros() as u64, "candidates");
 
         // Fusion.
         let mut candidates: HashMap<AtomId, Candidate> = HashMap::new();
@@ -227,16 +233,25 @@ impl Memory {
             };
         }
         // Cosine ranges differ between models (e5 crowds them near 0.8), so
-        // mixing calibrates them per query: min–max over this candidate list.
-        let (low, high) = semantic.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
-        let spread = (high - low).max(f32::EPSILON);
-        for (rank, (id, cosine)) in semantic.iter().enumerate() {
-            let c = candidates.entry(*id).or_default();
-            c.explain.semantic = Some((rank + 1, *cosine));
-            c.score += match config.fusion {
-                Fusion::Rrf => config.semantic_weight / (config.rrf_k + rank as f32 + 1.0),
-                Fusion::Mix => config.semantic_weight * (cosine - low) / spread,
-            };
+        // mixing calibrates each list per query: min–max over its candidates.
+        // The semantic weight is shared between the models that answered.
+        let query_terms = crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).len().max(1) as f32;
+        let length_factor = 1.0 + ((query_terms / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, 1.0);
+        let semantic_weight = config.semantic_weight * length_factor;
+        let share = semantic_weight / semantic_lists.len().max(1) as f32;
+        for semantic in &semantic_lists {
+            let (low, high) = semantic.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
+            let spread = (high - low).max(f32::EPSILON);
+            for (rank, (id, cosine)) in semantic.iter().enumerate() {
+                let c = candidates.entry(*id).or_default();
+                if c.explain.semantic.is_none_or(|(_, best)| *cosine > best) {
+                    c.explain.semantic = Some((rank + 1, *cosine));
+                }
+                c.score += match config.fusion {
+                    Fusion::Rrf => share / (config.rrf_k + rank as f32 + 1.0),
+                    Fusion::Mix => share * (cosine - low) / spread,
+                };
+            }
         }
         for (rank, id) in entity_list.iter().enumerate() {
             let c = candidates.entry(*id).or_default();
@@ -247,7 +262,7 @@ impl Memory {
             };
         }
         let active_weights = config.keyword_weight
-            + if semantic.is_empty() { 0.0 } else { config.semantic_weight }
+            + if semantic_lists.is_empty() { 0.0 } else { semantic_weight }
             + if entity_list.is_empty() { 0.0 } else { config.entity_weight };
         let max_possible = match config.fusion {
             Fusion::Rrf => active_weights / (config.rrf_k + 1.0),

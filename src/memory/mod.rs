@@ -225,8 +225,8 @@ impl Memory {
         };
         let embedder = match options.embedder {
             EmbedderChoice::FromEnv => crate::embed::from_env(),
-            EmbedderChoice::Disabled => Ok(None),
-            EmbedderChoice::Given(embedder) => Ok(Some(embedder)),
+            EmbedderChoice::Disabled => Ok(Vec::new()),
+            EmbedderChoice::Given(embedder) => Ok(vec![embedder]),
         };
         let index_dir = path.map(|p| p.join("index"));
         let indexes = crate::indexes::Indexes::open(index_dir.as_deref(), &store, embedder)?;
@@ -576,7 +576,7 @@ impl Memory {
         let tenant = &caller.scope.tenant_id;
         let audit_id = self.next_id();
         // Embed before taking the writer lock: no model runs under it.
-        let vector = mutation.created.and_then(|(atom, _)| self.indexes.embed_atom(atom).map(|v| (atom.id, v)));
+        let vector = mutation.created.map(|(atom, _)| (atom.id, self.indexes.embed_atom(atom)));
         if mutation.destroy_content {
             self.store.mark_vacuum_pending()?;
         }

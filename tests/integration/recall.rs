@@ -211,7 +211,7 @@ fn a_missing_or_wrong_runtime_is_a_clear_error_not_a_panic() {
 #[test]
 fn multilingual_semantic_recall_with_e5() {
     let m = with_model(None);
-    assert!(m.indexes().embedder().unwrap().id().starts_with("e5:"));
+    assert!(m.indexes().semantic().iter().any(|s| s.embedder.id().starts_with("e5:")));
     let c = caller("hmg");
     let zh = remember(&m, &c, "我女儿下个月要参加钢琴比赛");
     let ja = remember(&m, &c, "週末は家族で富士山に登る予定です");
