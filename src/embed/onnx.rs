@@ -7,13 +7,13 @@ use fastembed::{InitOptionsUserDefined, Pooling, TextEmbedding, TokenizerFiles, 
 
 use super::{EmbedError, Embedder, default_models_dir, normalize};
 
-/// Intra-op threads: one per core is the fastest for single queries; more
-/// oversubscribes under load.
+/// ONNX Runtime intra-op threads (`HMG_EMBED_THREADS`, default 1). One is
+/// fastest here: the small English model needs ~2 ms per query on one core,
+/// and a second ORT thread competes with the e5 engine's OpenMP workers,
+/// which spin between parallel regions (measured with `benches/recall.rs`:
+/// ensemble query embedding 33 ms p50 with two ORT threads, 17 ms with one).
 fn threads() -> usize {
-    std::env::var("HMG_EMBED_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map(usize::from).unwrap_or(1).min(4))
+    std::env::var("HMG_EMBED_THREADS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1)
 }
 
 /// An ONNX sentence-embedding model with mean pooling.
