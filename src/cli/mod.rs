@@ -397,6 +397,8 @@ fn dispatch(
             writeln!(out, "reindexed in {:.1} s: keyword {}, semantic {}", started.elapsed().as_secs_f64(), stats.indexes.keyword, stats.indexes.semantic)?;
             Ok(Exit::Ok)
         }
+        // `execute` runs evaluations before any store is opened (they use a
+        // fresh in-memory one), so they never reach this dispatcher.
         Command::Eval { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
