@@ -44,6 +44,9 @@ fn keyword_recall_in_three_languages() {
         assert!(!atom.created_at.is_empty() && !atom.source.is_empty());
     }
     assert!(outcome.warning.is_some(), "without a model the reply says semantic search is off");
+    let stats = m.stats(&c).unwrap();
+    assert_eq!((stats.indexes.keyword, stats.indexes.semantic), (5, 0));
+    assert!(stats.warning.as_deref().unwrap_or("").contains("semantic search"), "{stats:?}");
 }
 
 #[test]
