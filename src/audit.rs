@@ -9,7 +9,7 @@
 //!   content) never breaks the chain.
 
 use chrono::{DateTime, Utc};
-use oxigraph::model::{GraphNameRef, Literal, NamedNode, QuadRef, Term};
+use oxigraph::model::{GraphNameRef, Literal, QuadRef, Term};
 use oxigraph::sparql::QuerySolution;
 use sha2::Digest;
 use ulid::Ulid;
@@ -104,15 +104,11 @@ pub fn entry_hash(entry: &AuditEntry) -> String {
     hex::encode(sha2::Sha256::digest(canonical_form(entry).as_bytes()))
 }
 
-fn tenant_node(tenant: &str) -> NamedNode {
-    store::tenant_graph(tenant)
-}
-
 /// Appends an entry for `record` to `tenant`'s chain inside `tx`.
 pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid, time: DateTime<Utc>) -> Result<AuditEntry, StoreError> {
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
-    let tenant_iri = tenant_node(tenant);
+    let tenant_iri = store::tenant_graph(tenant);
     let (seq, prev_hash) = match tx.audit_head(tenant)? {
         Some(head) => (head.seq + 1, head.hash),
         None => {
@@ -208,7 +204,7 @@ fn entry_of(solution: &QuerySolution) -> Result<AuditEntry, StoreError> {
     }
     .ok_or_else(|| corrupt("id"))?;
     let actor = match solution.get("actor") {
-        Some(Term::NamedNode(n)) => n.as_str().strip_prefix("urn:hmg:actor:").map(decode),
+        Some(Term::NamedNode(n)) => n.as_str().strip_prefix("urn:hmg:actor:").and_then(store::decode_iri_component),
         _ => None,
     }
     .ok_or_else(|| corrupt("actor"))?;
@@ -228,25 +224,6 @@ fn entry_of(solution: &QuerySolution) -> Result<AuditEntry, StoreError> {
         prev_hash: literal(solution, "prevHash").ok_or_else(|| corrupt("prevHash"))?,
         hash: literal(solution, "hash").ok_or_else(|| corrupt("hash"))?,
     })
-}
-
-fn decode(text: &str) -> String {
-    // Actor IRIs are percent-encoded names; fall back to the raw text.
-    let mut bytes = Vec::new();
-    let raw = text.as_bytes();
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'%'
-            && let Some(b) = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            bytes.push(b);
-            i += 3;
-            continue;
-        }
-        bytes.push(raw[i]);
-        i += 1;
-    }
-    String::from_utf8(bytes).unwrap_or_else(|_| text.to_owned())
 }
 
 /// The whole chain of `tenant`, oldest first.
@@ -309,7 +286,7 @@ pub fn verify_tenant(store: &Store, tenant: &str) -> Result<TenantVerification, 
     }
     if first_broken.is_none() {
         let head = store
-            .describe(tenant, tenant_node(tenant).as_ref())?
+            .describe(tenant, store::tenant_graph(tenant).as_ref())?
             .into_iter()
             .find(|q| q.predicate.as_ref() == hmg::AUDIT_HEAD)
             .map(|q| q.object);

@@ -94,6 +94,29 @@ impl std::fmt::Debug for Indexes {
     }
 }
 
+impl Semantic {
+    /// This model's vector for one atom (`None` without content, or when the
+    /// model fails: the atom is then indexed without it, and the failure logged).
+    fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
+        let text = attributed_text(atom)?;
+        match self.embedder.embed_passages(&[text.as_str()]) {
+            Ok(mut vectors) => vectors.pop(),
+            Err(error) => {
+                tracing::warn!(%error, atom = %atom.id, model = self.embedder.id(), "embedding failed; the atom is indexed without this vector");
+                None
+            }
+        }
+    }
+}
+
+/// Loads an atom for indexing; facade errors become store errors.
+fn load(store: &Store, tenant: &str, id: AtomId) -> Result<Option<Atom>, IndexError> {
+    crate::memory::load_atom(store, tenant, id).map_err(|e| match e {
+        crate::MemoryError::Store(s) => IndexError::Store(s),
+        other => IndexError::Store(StoreError::Corrupt(other.to_string())),
+    })
+}
+
 /// A directory name for a model id.
 fn model_dir_name(id: &str) -> String {
     id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
@@ -154,17 +177,7 @@ impl Indexes {
     /// Embeds one atom's text with every model, in `semantic()` order
     /// (before its write).
     pub(crate) fn embed_atom(&self, atom: &Atom) -> Vec<Option<Vec<f32>>> {
-        let Some(text) = attributed_text(atom) else { return vec![None; self.semantic.len()] };
-        self.semantic
-            .iter()
-            .map(|s| match s.embedder.embed_passages(&[text.as_str()]) {
-                Ok(mut vectors) => vectors.pop(),
-                Err(error) => {
-                    tracing::warn!(%error, atom = %atom.id, model = s.embedder.id(), "embedding failed; the atom is indexed without this vector");
-                    None
-                }
-            })
-            .collect()
+        self.semantic.iter().map(|s| s.embed(atom)).collect()
     }
 
     /// Coverage counts for `tenant`: (keyword, semantic — atoms with a
@@ -179,10 +192,7 @@ impl Indexes {
     pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vector: Option<(AtomId, Vec<Option<Vec<f32>>>)>) -> Result<(), IndexError> {
         let mut vector = vector;
         for id in atoms {
-            let atom = crate::memory::load_atom(store, tenant, *id).map_err(|e| match e {
-                crate::MemoryError::Store(s) => IndexError::Store(s),
-                other => IndexError::Store(StoreError::Corrupt(other.to_string())),
-            })?;
+            let atom = load(store, tenant, *id)?;
             let precomputed = match &vector {
                 Some((vid, _)) if vid == id => vector.take().map(|(_, v)| v).unwrap_or_default(),
                 _ => Vec::new(),
@@ -221,7 +231,7 @@ impl Indexes {
             let vector = match vector {
                 Some(v) => Some(v),
                 None if s.vectors.set_status(atom.id, atom.status.as_str(), version) => None,
-                None => attributed_text(atom).and_then(|text| s.embedder.embed_passages(&[text.as_str()]).ok()).and_then(|mut v| v.pop()),
+                None => s.embed(atom),
             };
             if let Some(vector) = vector {
                 s.vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
@@ -258,7 +268,7 @@ impl Indexes {
         let total = touched.len();
         let mut pending: Vec<(Atom, u64)> = Vec::new();
         for (done, ((tenant, id), version)) in touched.into_iter().enumerate() {
-            let atom = crate::memory::load_atom(store, &tenant, id).map_err(|e| IndexError::Store(StoreError::Corrupt(e.to_string())))?;
+            let atom = load(store, &tenant, id)?;
             match atom {
                 Some(atom) => pending.push((atom, version)),
                 None => self.forget(id, version),

@@ -260,28 +260,25 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let json = cli.json;
     match execute(cli, out, err) {
         Err(CliError::Memory(error)) if error.is_caller_error() => {
-            if json {
-                let field = match &error {
-                    MemoryError::InvalidInput { field, .. } => Some(*field),
-                    _ => None,
-                };
-                write_json(out, &serde_json::json!({ "error": error.to_string(), "field": field }))?;
-            }
-            writeln!(err, "error: {error}")?;
-            Ok(Exit::Rejected)
+            let field = match &error {
+                MemoryError::InvalidInput { field, .. } => Some(*field),
+                _ => None,
+            };
+            report_bad_input(&error.to_string(), field, json, out, err)
         }
         Err(CliError::Eval(error @ (crate::eval::EvalError::Io { .. } | crate::eval::EvalError::Format { .. }))) => {
-            report_bad_input(&error.to_string(), json, out, err)
+            report_bad_input(&error.to_string(), None, json, out, err)
         }
-        Err(error @ CliError::Input { .. }) => report_bad_input(&error.to_string(), json, out, err),
+        Err(error @ CliError::Input { .. }) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
     }
 }
 
-/// A file the user named could not be used: their error, exit 2.
-fn report_bad_input(message: &str, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+/// The caller's own error (a bad field, an unknown atom, a file that cannot
+/// be used): `{"error", "field"}` with `--json`, the message on stderr, exit 2.
+fn report_bad_input(message: &str, field: Option<&str>, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
     if json {
-        write_json(out, &serde_json::json!({ "error": message }))?;
+        write_json(out, &serde_json::json!({ "error": message, "field": field }))?;
     }
     writeln!(err, "error: {message}")?;
     Ok(Exit::Rejected)

@@ -471,7 +471,8 @@ pub fn encode_iri_component(name: &str) -> String {
     out
 }
 
-fn decode_iri_component(text: &str) -> Option<String> {
+/// Decodes what [`encode_iri_component`] wrote (`None` if malformed).
+pub(crate) fn decode_iri_component(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
