@@ -330,7 +330,7 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let json = cli.json;
     let memory = open(cli.store)?;
     let exit = dispatch(cli.command, &memory, &caller, explicit_tenant, json, out, err)?;
-    memory.persist_indexes()?;
+    memory.flush()?;
     Ok(exit)
 }
 

@@ -243,9 +243,17 @@ impl Memory {
         Ok(self.indexes.rebuild(&self.store, progress)?)
     }
 
-    /// Makes index changes durable (call before shutting down).
+    /// Makes index changes durable.
     pub fn persist_indexes(&self) -> Result<()> {
         Ok(self.indexes.persist()?)
+    }
+
+    /// Call before shutting down: persists the indexes and flushes the
+    /// store's memtables, so the next open does not replay a large
+    /// write-ahead log (after a 20k-line import that replay took 17 s).
+    pub fn flush(&self) -> Result<()> {
+        self.persist_indexes()?;
+        Ok(self.store.flush()?)
     }
 
     /// The underlying store (SPARQL, audit verification, tests).
