@@ -170,3 +170,24 @@ fn a_locked_store_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use by another process"), "{stderr}");
 }
+
+#[test]
+fn eval_reports_bad_files_and_options_as_the_callers_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let memories = tmp.path().join("m.jsonl");
+    let queries = tmp.path().join("q.jsonl");
+    std::fs::write(&memories, "{\"id\": \"m1\", \"sample_id\": \"s\", \"text\": \"主数据库用 PostgreSQL\"}\nnot json\n").unwrap();
+    std::fs::write(&queries, "{\"id\": \"q1\", \"sample_id\": \"s\", \"question\": \"データベース\", \"gold\": [\"m1\"]}\n").unwrap();
+    let (m, q) = (memories.to_str().unwrap(), queries.to_str().unwrap());
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", "/nonexistent/m.jsonl", "--queries", q, "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(json(&out)["error"].as_str().unwrap().contains("/nonexistent/m.jsonl"));
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("m.jsonl:2"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--fusion", "magic", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("fusion")));
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "1,2,x", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("tune")));
+}
