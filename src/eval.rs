@@ -147,6 +147,9 @@ pub struct EvalReport {
     pub recall_p95_ms: f64,
     /// The embedder used, or why none.
     pub embedder: String,
+    /// The recall parameters changed from the defaults (`name=value,…`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<String>,
 }
 
 fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, EvalError> {
@@ -181,17 +184,33 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 /// Runs an evaluation in a fresh in-memory store. `depth` results are
 /// ranked per query (at least 10); `progress` hears about each stage.
+///
+/// Each entry of `tunings` (`name=value,…`, see [`crate::RecallConfig::apply`])
+/// is applied on top of `options.recall` and scored on the same ingested
+/// store, one report each; with none, one report for `options.recall`. The
+/// ranking file, when asked for, is the first run's.
 pub fn run(
     memories_path: &Path,
     queries_path: &Path,
     run_out: Option<&Path>,
     depth: usize,
     options: MemoryOptions,
+    tunings: &[String],
     progress: &mut dyn FnMut(&str),
-) -> Result<EvalReport, EvalError> {
+) -> Result<Vec<EvalReport>, EvalError> {
+    let base = options.recall.clone();
+    let mut configs = Vec::new();
+    for tuning in tunings {
+        let mut config = base.clone();
+        config.apply(tuning).map_err(|message| MemoryError::invalid("tune", message))?;
+        configs.push((Some(tuning.clone()), config));
+    }
+    if configs.is_empty() {
+        configs.push((None, base));
+    }
     let memories: Vec<BenchMemory> = read_jsonl(memories_path)?;
     let queries: Vec<BenchQuery> = read_jsonl(queries_path)?;
-    let memory = Memory::open_with(None, options)?;
+    let mut memory = Memory::open_with(None, options)?;
     let models: Vec<&str> = memory.indexes().semantic().iter().map(|s| s.embedder.id()).collect();
     let embedder = if models.is_empty() {
         memory.indexes().semantic_note().unwrap_or("none").to_owned()
@@ -225,6 +244,34 @@ pub fn run(
     memory.persist_indexes()?;
     let ingest_seconds = started.elapsed().as_secs_f64();
 
+    let mut reports = Vec::with_capacity(configs.len());
+    for (index, (tuning, config)) in configs.into_iter().enumerate() {
+        memory.set_recall_config(config);
+        if let Some(tuning) = &tuning {
+            progress(&format!("tuning {tuning}"));
+        }
+        let report = score(&memory, &queries, &ids_of_atom, if index == 0 { run_out } else { None }, depth, progress)?;
+        reports.push(EvalReport {
+            memories: memories.len(),
+            ingest_seconds,
+            embedder: embedder.clone(),
+            tuning,
+            ..report
+        });
+    }
+    Ok(reports)
+}
+
+/// Runs every query against the ingested store.
+fn score(
+    memory: &Memory,
+    queries: &[BenchQuery],
+    ids_of_atom: &HashMap<String, Vec<String>>,
+    run_out: Option<&Path>,
+    depth: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<EvalReport, EvalError> {
+    let caller_for = |sample: &str| Caller::new(Scope::tenant("eval").with_workspace("bench").with_repository(sample), "eval");
     let mut run_file = match run_out {
         Some(path) => Some((path, std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?))),
         None => None,
@@ -268,17 +315,21 @@ pub fn run(
         categories: categories.into_iter().map(|(k, v)| (k, v.finish())).collect(),
         overall: overall.finish(),
         skipped,
-        memories: memories.len(),
-        ingest_seconds,
+        memories: 0,
+        ingest_seconds: 0.0,
         recall_p50_ms: percentile(&latencies, 0.5),
         recall_p95_ms: percentile(&latencies, 0.95),
-        embedder,
+        embedder: String::new(),
+        tuning: None,
     })
 }
 
 /// The report as a table.
 pub fn render(report: &EvalReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "embedder: {}", report.embedder)?;
+    if let Some(tuning) = &report.tuning {
+        writeln!(out, "tuning: {tuning}")?;
+    }
     writeln!(out, "{} memories ingested in {:.1} s; recall p50 {:.2} ms, p95 {:.2} ms", report.memories, report.ingest_seconds, report.recall_p50_ms, report.recall_p95_ms)?;
     writeln!(out, "{:<14} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}", "category", "n", "R@1", "R@5", "R@10", "Hit@1", "Hit@5", "Hit@10", "NDCG@10", "MRR@10")?;
     let row = |out: &mut dyn Write, name: &str, m: &Metrics| {

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use oxigraph::model::{Literal, Term};
 
@@ -77,7 +77,13 @@ pub struct Semantic {
     pub embedder: Arc<dyn Embedder>,
     /// Its vectors.
     pub vectors: VectorIndex,
+    /// Recent query vectors: agents repeat queries, and embedding one costs
+    /// far more than searching with it.
+    query_cache: Mutex<HashMap<String, Vec<f32>>>,
 }
+
+/// Query vectors kept per model.
+const QUERY_CACHE_ENTRIES: usize = 512;
 
 /// The derived indexes.
 pub struct Indexes {
@@ -95,6 +101,20 @@ impl std::fmt::Debug for Indexes {
 }
 
 impl Semantic {
+    /// This model's vector for a query, from the cache when it was seen lately.
+    pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::embed::EmbedError> {
+        if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
+            return Ok(vector.clone());
+        }
+        let vector = self.embedder.embed_query(query)?;
+        let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= QUERY_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(query.to_owned(), vector.clone());
+        Ok(vector)
+    }
+
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
@@ -140,7 +160,7 @@ impl Indexes {
         for embedder in embedders {
             let vector_dir = dir.map(|d| d.join("vectors").join(model_dir_name(embedder.id())));
             let vectors = VectorIndex::open(vector_dir.as_deref(), embedder.id(), embedder.dims())?;
-            semantic.push(Semantic { embedder, vectors });
+            semantic.push(Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()) });
         }
         let indexes = Indexes { keyword, semantic, graph: RwLock::new(GraphIndex::new()), semantic_note };
         indexes.catch_up(store, &mut |_, _, _| {})?;

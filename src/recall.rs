@@ -95,6 +95,52 @@ impl Default for RecallConfig {
     }
 }
 
+impl RecallConfig {
+    /// Sets one parameter by name (`keyword`, `semantic`, `entity`, `hop`,
+    /// `window`, `seeds`, `long`, `candidates`, `degree`, `rrf_k`,
+    /// `fusion` = mix | rrf), for experiments such as `hmg eval --tune`.
+    pub fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), String> {
+        let number = || value.trim().parse::<f32>().map_err(|e| format!("{name}: '{value}' is not a number ({e})"));
+        let count = || value.trim().parse::<usize>().map_err(|e| format!("{name}: '{value}' is not a whole number ({e})"));
+        match name.trim() {
+            "keyword" => self.keyword_weight = number()?,
+            "semantic" => self.semantic_weight = number()?,
+            "entity" => self.entity_weight = number()?,
+            "hop" => self.hop_decay = number()?,
+            "rrf_k" => self.rrf_k = number()?,
+            "window" => self.session_window = count()?,
+            "seeds" => self.expansion_seeds = count()?,
+            "long" => self.long_query_terms = count()?,
+            "candidates" => self.candidates = count()?.max(1),
+            "degree" => self.max_entity_degree = count()?,
+            "fusion" => {
+                self.fusion = match value.trim() {
+                    "mix" => Fusion::Mix,
+                    "rrf" => Fusion::Rrf,
+                    other => return Err(format!("unknown fusion '{other}'; expected mix or rrf")),
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `name=value,name=value`.
+    pub fn apply(&mut self, settings: &str) -> std::result::Result<(), String> {
+        for pair in settings.split(',').filter(|p| !p.trim().is_empty()) {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(format!("'{pair}' is not name=value"));
+            };
+            self.set(name, value)?;
+        }
+        Ok(())
+    }
+}
+
 /// Input of `memory_recall`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecallRequest {
@@ -211,7 +257,7 @@ impl Memory {
             if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
                 continue;
             }
-            match s.embedder.embed_query(query) {
+            match s.embed_query(query) {
                 Ok(vector) => semantic_lists.push(
                     s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
                 ),

@@ -162,9 +162,11 @@ pub enum Command {
         /// Fusion method: mix or rrf.
         #[arg(long, default_value = "mix")]
         fusion: String,
-        /// Override recall weights for experiments: keyword,semantic,entity,hop_decay,session_window,seeds.
+        /// Recall parameters to try, `name=value,…` (keyword, semantic, entity,
+        /// hop, window, seeds, long, candidates, degree, rrf_k, fusion). Repeat
+        /// to score several settings on one ingestion.
         #[arg(long)]
-        tune: Option<String>,
+        tune: Vec<String>,
     },
     /// Audit chain tools.
     Audit {
@@ -296,31 +298,19 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             "mix" => crate::recall::Fusion::Mix,
             other => return Err(MemoryError::invalid("fusion", format!("unknown fusion '{other}'; expected rrf or mix")).into()),
         };
-        let mut config = crate::RecallConfig { fusion, ..crate::RecallConfig::default() };
-        if let Some(tune) = tune {
-            let values: Vec<f32> = tune
-                .split(',')
-                .map(|v| v.trim().parse::<f32>())
-                .collect::<Result<_, _>>()
-                .map_err(|e| MemoryError::invalid("tune", format!("expected comma-separated numbers: {e}")))?;
-            let [keyword, semantic, entity, hop, window, seeds] = values[..] else {
-                return Err(MemoryError::invalid("tune", "expected six numbers: keyword,semantic,entity,hop_decay,session_window,seeds").into());
-            };
-            config.keyword_weight = keyword;
-            config.semantic_weight = semantic;
-            config.entity_weight = entity;
-            config.hop_decay = hop;
-            config.session_window = window as usize;
-            config.expansion_seeds = seeds as usize;
-        }
-        let options = crate::MemoryOptions::default().with_recall(config);
-        let report = crate::eval::run(memories, queries, run_out.as_deref(), *depth, options, &mut |line| {
+        let options = crate::MemoryOptions::default().with_recall(crate::RecallConfig { fusion, ..crate::RecallConfig::default() });
+        let reports = crate::eval::run(memories, queries, run_out.as_deref(), *depth, options, tune, &mut |line| {
             let _ = writeln!(err, "eval: {line}");
         })?;
         if cli.json {
-            write_json(out, &report)?;
+            match &reports[..] {
+                [report] => write_json(out, report)?,
+                reports => write_json(out, &reports)?,
+            }
         } else {
-            crate::eval::render(&report, out)?;
+            for report in &reports {
+                crate::eval::render(report, out)?;
+            }
         }
         return Ok(Exit::Ok);
     }

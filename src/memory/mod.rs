@@ -248,6 +248,11 @@ impl Memory {
         Ok(self.indexes.persist()?)
     }
 
+    /// Replaces the recall parameters (for experiments; see `hmg eval --tune`).
+    pub fn set_recall_config(&mut self, config: crate::recall::RecallConfig) {
+        self.recall_config = config;
+    }
+
     /// Call before shutting down: persists the indexes and flushes the
     /// store's memtables, so the next open does not replay a large
     /// write-ahead log (after a 20k-line import that replay took 17 s).

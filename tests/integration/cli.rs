@@ -188,6 +188,6 @@ fn eval_reports_bad_files_and_options_as_the_callers_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("m.jsonl:2"), "{}", String::from_utf8_lossy(&out.stderr));
     let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--fusion", "magic", "--json"]);
     assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("fusion")));
-    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "1,2,x", "--json"]);
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "keyword=x", "--json"]);
     assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("tune")));
 }
