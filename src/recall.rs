@@ -49,10 +49,25 @@ pub struct RecallConfig {
     pub long_query_terms: usize,
     /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
+    /// Relative weight, within the semantic share, of a model made for a
+    /// few languages including the query's, against a model for any
+    /// language (default 1.0).
+    pub specialist_weight: f32,
+    /// Weight of the per-part semantic list for long queries made of several
+    /// lines or sentences (a dialogue): each part is embedded on its own and
+    /// a memory scores its best match with any part (default 1.5).
+    pub segment_weight: f32,
+    /// Most recent parts embedded on their own (default 4).
+    pub max_segments: usize,
     /// How many top candidates seed graph expansion (default 10).
     pub expansion_seeds: usize,
-    /// Score multiplier per hop (default 0.15).
+    /// Score multiplier per hop (default 0.45: conversation turns next to a
+    /// strong hit often carry the rest of the answer).
     pub hop_decay: f32,
+    /// Multiplier of links through shared entities against session, revision
+    /// and derivation links (default 0.3: a shared name is weaker evidence
+    /// than adjacency in a session or an evolution link).
+    pub entity_hop_weight: f32,
     /// Session neighbours on each side reached in one hop (default 2).
     pub session_window: usize,
     /// Entities linking more atoms than this are too common to expand (default 40).
@@ -81,8 +96,12 @@ impl Default for RecallConfig {
             semantic_weight: 1.0,
             long_query_terms: 16,
             entity_weight: 0.3,
+            specialist_weight: 1.0,
+            segment_weight: 1.5,
+            max_segments: 4,
             expansion_seeds: 10,
-            hop_decay: 0.15,
+            hop_decay: 0.45,
+            entity_hop_weight: 0.3,
             session_window: 2,
             max_entity_degree: 40,
             boost_necessary: 1.10,
@@ -106,7 +125,11 @@ impl RecallConfig {
             "keyword" => self.keyword_weight = number()?,
             "semantic" => self.semantic_weight = number()?,
             "entity" => self.entity_weight = number()?,
+            "specialist" => self.specialist_weight = number()?,
+            "segment" => self.segment_weight = number()?,
+            "segments" => self.max_segments = count()?,
             "hop" => self.hop_decay = number()?,
+            "entity_hop" => self.entity_hop_weight = number()?,
             "rrf_k" => self.rrf_k = number()?,
             "window" => self.session_window = count()?,
             "seeds" => self.expansion_seeds = count()?,
@@ -122,7 +145,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -139,6 +162,27 @@ impl RecallConfig {
         }
         Ok(())
     }
+}
+
+/// The most recent parts of a long query: its lines, or its sentences when
+/// it is one line; parts of fewer than three terms are left out.
+fn query_parts(query: &str, config: &RecallConfig) -> Vec<String> {
+    use crate::text::analyze::{Mode, terms};
+    if terms(query, Mode::Query).len() < config.long_query_terms {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let pieces: Vec<String> = if lines.len() >= 2 {
+        lines.into_iter().map(str::to_owned).collect()
+    } else {
+        query.split_inclusive(['.', '!', '?', '。', '！', '？']).map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+    };
+    let mut parts: Vec<String> = pieces.into_iter().filter(|p| terms(p, Mode::Query).len() >= 3).collect();
+    let keep = config.max_segments.max(1);
+    if parts.len() > keep {
+        parts.drain(..parts.len() - keep);
+    }
+    parts
 }
 
 /// Input of `memory_recall`.
@@ -167,7 +211,7 @@ impl RecallRequest {
 }
 
 /// One stage's view of a result.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default, schemars::JsonSchema)]
 pub struct Explain {
     /// Rank and BM25 score in the keyword list.
     pub keyword: Option<(usize, f32)>,
@@ -184,7 +228,7 @@ pub struct Explain {
 }
 
 /// One recalled memory (the seeds' fields first).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RecalledAtom {
     /// Atom id.
     pub atom_id: String,
@@ -208,7 +252,7 @@ pub struct RecalledAtom {
 }
 
 /// Output of `memory_recall`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RecallOutcome {
     /// Best first.
     pub atoms: Vec<RecalledAtom>,
@@ -252,16 +296,54 @@ impl Memory {
         tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "keyword");
         let query_language = crate::text::detect_language(query);
         // One list per model that understands the query's language.
-        let mut semantic_lists: Vec<Vec<(AtomId, f32)>> = Vec::new();
+        let mut semantic_lists: Vec<(f32, Vec<(AtomId, f32)>)> = Vec::new();
         for s in indexes.semantic() {
             if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
                 continue;
             }
             match s.embed_query(query) {
-                Ok(vector) => semantic_lists.push(
+                Ok(vector) => semantic_lists.push((
+                    if s.embedder.languages().is_some() { config.specialist_weight.max(0.0) } else { 1.0 },
                     s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
-                ),
+                )),
                 Err(error) => tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it"),
+            }
+        }
+        // Long queries of several parts: each part embedded alone, a memory
+        // scoring its best calibrated match with any part.
+        let mut segment_list: Vec<(AtomId, f32)> = Vec::new();
+        let parts = if config.segment_weight > 0.0 { query_parts(query, config) } else { Vec::new() };
+        if parts.len() >= 2 {
+            let mut best: HashMap<AtomId, f32> = HashMap::new();
+            for s in indexes.semantic() {
+                if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
+                    continue;
+                }
+                let mut per_model: HashMap<AtomId, f32> = HashMap::new();
+                for part in &parts {
+                    let vector = match s.embed_query(part) {
+                        Ok(vector) => vector,
+                        Err(error) => {
+                            tracing::warn!(%error, model = s.embedder.id(), "query part embedding failed");
+                            continue;
+                        }
+                    };
+                    let hits = s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?;
+                    let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
+                    let spread = (high - low).max(f32::EPSILON);
+                    for (id, cosine) in hits {
+                        let v = per_model.entry(id).or_default();
+                        *v = v.max((cosine - low) / spread);
+                    }
+                }
+                for (id, v) in per_model {
+                    *best.entry(id).or_default() += v;
+                }
+            }
+            segment_list = best.into_iter().collect();
+            let models = indexes.semantic().len().max(1) as f32;
+            for (_, v) in &mut segment_list {
+                *v /= models;
             }
         }
         let entity_list = self.entity_candidates(tenant, query, config);
@@ -284,8 +366,9 @@ impl Memory {
         let query_terms = crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).len().max(1) as f32;
         let length_factor = 1.0 + ((query_terms / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, 1.0);
         let semantic_weight = config.semantic_weight * length_factor;
-        let share = semantic_weight / semantic_lists.len().max(1) as f32;
-        for semantic in &semantic_lists {
+        let total_share = semantic_lists.iter().map(|(w, _)| w).sum::<f32>().max(f32::EPSILON);
+        for (model_weight, semantic) in &semantic_lists {
+            let share = semantic_weight * model_weight / total_share;
             let (low, high) = semantic.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
             let spread = (high - low).max(f32::EPSILON);
             for (rank, (id, cosine)) in semantic.iter().enumerate() {
@@ -307,8 +390,13 @@ impl Memory {
                 Fusion::Mix => config.entity_weight / (1.0 + rank as f32).sqrt(),
             };
         }
+        for (id, value) in &segment_list {
+            let c = candidates.entry(*id).or_default();
+            c.score += config.segment_weight * value;
+        }
         let active_weights = config.keyword_weight
             + if semantic_lists.is_empty() { 0.0 } else { semantic_weight }
+            + if segment_list.is_empty() { 0.0 } else { config.segment_weight }
             + if entity_list.is_empty() { 0.0 } else { config.entity_weight };
         let max_possible = match config.fusion {
             Fusion::Rrf => active_weights / (config.rrf_k + 1.0),
@@ -328,7 +416,8 @@ impl Memory {
             let graph = indexes.graph();
             for (seed, seed_score) in seeds {
                 for neighbour in graph.neighbours(seed, config.session_window, config.max_entity_degree) {
-                    let amount = seed_score * config.hop_decay * neighbour.weight;
+                    let link = if neighbour.via.starts_with("entity:") { config.entity_hop_weight } else { 1.0 };
+                    let amount = seed_score * config.hop_decay * neighbour.weight * link;
                     let c = candidates.entry(neighbour.atom_id).or_default();
                     c.score += amount;
                     c.explain.graph.push((seed.to_string(), neighbour.via, amount));

@@ -74,7 +74,7 @@ pub struct CorrectRequest {
 }
 
 /// Output of `memory_correct`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CorrectOutcome {
     /// applied / rejected.
     pub effect: Effect,

@@ -155,7 +155,7 @@ pub struct History {
 }
 
 /// Per-index coverage counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct IndexCounts {
     /// Atoms with a vector in the semantic index.
     pub semantic: u64,
@@ -168,7 +168,7 @@ pub struct IndexCounts {
 }
 
 /// Output of `memory_stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Stats {
     /// Atoms of the caller's tenant (every status).
     pub atoms: u64,

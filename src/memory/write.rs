@@ -60,7 +60,7 @@ impl MemorizeRequest {
 }
 
 /// Output of `memory_memorize` (field names as in the seeds).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct MemorizeOutcome {
     /// The new atom, or the existing one on `no_op`; `null` when rejected.
     pub atom_id: Option<String>,
@@ -100,7 +100,7 @@ impl HandoffRequest {
 }
 
 /// Output of `memory_handoff`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct HandoffOutcome {
     /// The handoff atom (`null` when rejected).
     pub atom_id: Option<String>,
