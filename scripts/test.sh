@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+eval "$(scripts/test-clients.sh)"
 source scripts/env.sh
 cargo test --release --locked --features e5 "$@"

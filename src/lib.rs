@@ -23,13 +23,18 @@ pub mod cli;
 pub mod embed;
 pub mod eval;
 pub mod graph;
+pub mod hook;
 pub mod indexes;
 pub mod keyword;
+pub mod mcp;
 pub mod memory;
 pub mod recall;
+pub mod relay;
 pub mod scope;
+pub mod server;
 pub mod store;
 pub mod text;
+pub mod tools;
 pub mod vector;
 pub mod vocab;
 

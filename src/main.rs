@@ -9,13 +9,14 @@ fn main() -> ExitCode {
     let cli = hmg::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HMG_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let result = hmg::cli::run(cli, &mut stdout.lock(), &mut stderr.lock()).map_err(anyhow::Error::from);
+    // Unlocked handles: `hmg mcp` writes protocol messages to stdout from
+    // the async runtime while this frame is still live.
+    let result = hmg::cli::run(cli, &mut std::io::stdout(), &mut std::io::stderr()).map_err(anyhow::Error::from);
     match result {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(error) => {

@@ -168,12 +168,35 @@ pub enum Command {
         #[arg(long)]
         tune: Vec<String>,
     },
+    /// Serve the memory tools over MCP on stdin/stdout (for agent hosts).
+    Mcp,
+    /// Serve HTTP: `/mcp` (streamable HTTP MCP) and `/healthz`.
+    Serve {
+        /// Address to listen on (loopback only without access tokens).
+        #[arg(long, default_value = "127.0.0.1:7411")]
+        listen: String,
+    },
+    /// Agent-host hooks.
+    Hook {
+        /// Which hook.
+        #[command(subcommand)]
+        command: HookCommand,
+    },
     /// Audit chain tools.
     Audit {
         /// What to do.
         #[command(subcommand)]
         command: AuditCommand,
     },
+}
+
+/// `hmg hook …`: agent-host hooks speaking the host's hook JSON on stdin/stdout.
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// SessionStart: prints the brief as `additionalContext`.
+    SessionStart,
+    /// PreToolUse: allows the call and injects the scope into its input.
+    PreToolUse,
 }
 
 /// `hmg audit …`.
@@ -198,6 +221,13 @@ pub enum CliError {
     /// An evaluation failed.
     #[error(transparent)]
     Eval(#[from] crate::eval::EvalError),
+    /// The HTTP server could not start.
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServeError),
+    /// A hook could not run.
+    #[error(transparent)]
+    Hook(#[from] crate::hook::HookError),
+
     /// An input file could not be read.
     #[error("cannot read {path}: {source}")]
     Input {
@@ -271,7 +301,16 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         Err(CliError::Eval(error @ (crate::eval::EvalError::Io { .. } | crate::eval::EvalError::Format { .. }))) => {
             report_bad_input(&error.to_string(), None, json, out, err)
         }
-        Err(error @ CliError::Input { .. }) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(CliError::Eval(crate::eval::EvalError::Memory(error @ MemoryError::InvalidInput { field, .. }))) => {
+            report_bad_input(&error.to_string(), Some(field), json, out, err)
+        }
+        Err(error @ (CliError::Input { .. } | CliError::Serve(crate::server::ServeError::BadAddress(_) | crate::server::ServeError::Unauthenticated(_)))) => {
+            report_bad_input(&error.to_string(), None, json, out, err)
+        }
+        Err(CliError::Hook(crate::hook::HookError::Tool(crate::tools::ToolError::Invalid { message, field }))) => {
+            report_bad_input(&message, field.as_deref(), json, out, err)
+        }
+        Err(error @ CliError::Hook(crate::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
     }
 }
@@ -314,6 +353,9 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         }
         return Ok(Exit::Ok);
     }
+    if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
+        return serve(cli, out);
+    }
     let caller = resolve_caller(&cli.scope);
     // `audit verify` checks every tenant unless one is named with --tenant.
     let explicit_tenant = cli.scope.tenant.clone();
@@ -322,6 +364,60 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let exit = dispatch(cli.command, &memory, &caller, explicit_tenant, json, out, err)?;
     memory.flush()?;
     Ok(exit)
+}
+
+/// The long-running and host-facing commands: `mcp`, `serve`, `hook`.
+/// They share the store with other processes through [`crate::relay`].
+fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
+    let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
+    if cli.scope.tenant.is_some() || cli.scope.workspace.is_some() || cli.scope.repository.is_some() || cli.scope.branch.is_some() {
+        return Err(MemoryError::invalid(
+            "scope",
+            "--tenant, --workspace, --repository and --branch do not apply here: the tenant is the OS user and the scope is resolved per call",
+        )
+        .into());
+    }
+    let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    match cli.command {
+        Command::Hook { command: HookCommand::PreToolUse } => {
+            let input = crate::hook::read_input(&mut std::io::stdin())?;
+            let key = crate::hook::load_or_create_key(&dir)?;
+            let output = crate::hook::pre_tool_use(&input, &crate::scope::os_user(), &key)?;
+            write_json(out, &output)?;
+            Ok(Exit::Ok)
+        }
+        Command::Hook { command: HookCommand::SessionStart } => {
+            let input = crate::hook::read_input(&mut std::io::stdin())?;
+            let shared = crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+            let output = crate::hook::session_start(&input, &crate::scope::os_user(), &shared)?;
+            write_json(out, &output)?;
+            shared.flush()?;
+            Ok(Exit::Ok)
+        }
+        Command::Mcp => {
+            let key = match crate::hook::load_or_create_key(&dir) {
+                Ok(key) => Some(key),
+                Err(error) => {
+                    tracing::warn!(%error, "hook-injected scopes cannot be verified; scopes come from the working directory");
+                    None
+                }
+            };
+            let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            let server = crate::mcp::HmgServer::new(std::sync::Arc::clone(&shared), crate::mcp::ScopeResolver::local(key), format!("mcp:{}", crate::scope::os_user()));
+            runtime()?.block_on(crate::mcp::serve_stdio(server))?;
+            shared.flush()?;
+            Ok(Exit::Ok)
+        }
+        Command::Serve { listen } => {
+            let address = crate::server::listen_address(&listen)?;
+            let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            runtime()?.block_on(crate::server::serve(shared, address, |bound| {
+                eprintln!("hmg: serving http://{bound} (MCP at /mcp)");
+            }))?;
+            Ok(Exit::Ok)
+        }
+        _ => Ok(Exit::Ok),
+    }
 }
 
 fn dispatch(
@@ -386,7 +482,7 @@ fn dispatch(
         }
         // `execute` runs evaluations before any store is opened (they use a
         // fresh in-memory one), so they never reach this dispatcher.
-        Command::Eval { .. } => Ok(Exit::Ok),
+        Command::Eval { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
             let outcome = memory.correct(&caller, request)?;

@@ -138,22 +138,38 @@ impl Memory {
                 continue;
             }
             let header = format!("\n## {title}\n");
-            if text.chars().count() + header.chars().count() >= options.max_chars {
-                truncated = true;
-                sections.push(shown);
-                continue;
-            }
-            text.push_str(&header);
+            // One long item (a handoff pasted whole) is shortened, not
+            // dropped: each item gets at most a third of the budget.
+            let item_cap = (options.max_chars / 3).max(200);
+            let mut section = String::new();
             for row in picks {
                 let Some(atom) = self.atom(tenant, row.id)? else { continue };
                 let date = atom.created_at.format("%Y-%m-%d");
-                let line = format!("- [{date}] {} (id {})\n", atom.visible_content().replace('\n', " "), atom.id);
-                if text.chars().count() + line.chars().count() > options.max_chars {
+                let content = atom.visible_content().replace('\n', " ");
+                let suffix = format!(" (id {})\n", atom.id);
+                let prefix = format!("- [{date}] ");
+                let used = text.chars().count() + header.chars().count() + section.chars().count();
+                let room = options.max_chars.saturating_sub(used + prefix.chars().count() + suffix.chars().count());
+                let cap = item_cap.min(room);
+                let shown_content = if content.chars().count() <= cap {
+                    content
+                } else if cap >= 80 {
+                    truncated = true;
+                    let mut short: String = content.chars().take(cap - 1).collect();
+                    short.push('…');
+                    short
+                } else {
                     truncated = true;
                     break;
-                }
-                text.push_str(&line);
+                };
+                section.push_str(&prefix);
+                section.push_str(&shown_content);
+                section.push_str(&suffix);
                 shown.push(AtomView::from(&atom));
+            }
+            if !section.is_empty() {
+                text.push_str(&header);
+                text.push_str(&section);
             }
             sections.push(shown);
         }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the real clients the test suite drives against `hmg`, outside the
+# repository (nothing of them is committed), and prints the environment the
+# tests read:
+#   HMG_TEST_PYTHON     a Python with the official MCP SDK (mcp 2.3.0)
+#   HMG_TEST_INSPECTOR  the MCP Inspector CLI (npm @modelcontextprotocol/inspector 0.15.0)
+# Safe to run again; only missing pieces are installed. Usage:
+#   eval "$(scripts/test-clients.sh)"
+set -euo pipefail
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+DATA="${XDG_DATA_HOME:-$HOME/.local/share}/hmg"
+CLIENTS="$DATA/test-clients"
+mkdir -p "$CLIENTS"
+
+need_apt=()
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "test-clients: installing ${need_apt[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+VENV="$CLIENTS/python"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '2.3.0')" 2>/dev/null; then
+  echo "test-clients: installing the MCP Python SDK from PyPI" >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==2.3.0" >&2
+fi
+
+NODE="$CLIENTS/node"
+INSPECTOR="$NODE/node_modules/.bin/mcp-inspector"
+if [ ! -x "$INSPECTOR" ]; then
+  echo "test-clients: installing the MCP Inspector from npm" >&2
+  npm install --silent --no-audit --no-fund --prefix "$NODE" "@modelcontextprotocol/inspector@0.15.0" >&2
+fi
+[ -x "$INSPECTOR" ] || { echo "test-clients: $INSPECTOR is missing after installation" >&2; exit 1; }
+
+echo "export HMG_TEST_PYTHON='$VENV/bin/python'"
+echo "export HMG_TEST_INSPECTOR='$INSPECTOR'"

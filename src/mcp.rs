@@ -1,0 +1,357 @@
+//! The MCP server: the six memory tools over stdio (`hmg mcp`) and
+//! streamable HTTP (`/mcp` in `hmg serve`), built on rmcp.
+//!
+//! **Invariants:**
+//! - Tools are adapters: each decodes its arguments ([`crate::tools`]),
+//!   resolves the scope here, and runs through [`SharedMemory`]; no tool
+//!   logic lives in this module.
+//! - A failure the model can fix is a tool result with `isError: true` and a
+//!   message naming the field; only malformed protocol traffic becomes a
+//!   JSON-RPC error. Tool work runs on blocking threads, so a panic there
+//!   becomes an error result, never a crash.
+//! - Scope precedence: a hook-injected scope with a valid proof, then
+//!   `CLAUDE_PROJECT_DIR`, the server's working directory, the client's
+//!   roots (the first that lies in a git repository), else tenant-wide.
+//!   Any other scope a model sends is ignored. Over stdio the tenant is the
+//!   OS user.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use serde_json::Value;
+
+use crate::memory::Caller;
+use crate::relay::SharedMemory;
+use crate::scope::Scope;
+use crate::tools::{Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ScopeInput, StatsArgs, ToolCall, ToolError};
+
+const MEMORIZE: &str = "Store one long-term memory: a fact, decision, preference or constraint worth keeping across sessions.\n\
+- content: one self-contained sentence that makes sense without this conversation (name the project, technology, file or person). Write it in the language the user is using.\n\
+- source: `user` when the user said it (more authoritative), `agent` when you concluded it, or a custom name.\n\
+No need to recall first: exact duplicates are detected (effect `no_op`, `deduped_with` names the existing atom). If you already saw a memory saying nearly the same thing, update it with memory_correct action `replace` instead of adding a near-duplicate. Secrets (connection strings with passwords, `password=…`, bearer tokens, private keys, API keys) are redacted before anything is stored; still avoid writing secrets in prose. Whether it is a fact, constraint or guess is inferred from the wording. A rejected write (`effect: rejected`) says why. Do not pass `scope`: it is set for you.";
+
+const RECALL: &str = "Search long-term memory. Results are ranked by relevance (score 0–1) from keyword, semantic and graph retrieval together, in any language (English, Chinese, Japanese…).\n\
+- query: a noun phrase that keeps the key entities (people, projects, technologies, file names), e.g. `PostgreSQL connection pool settings` — not a chatty question.\n\
+- max_results: default 10. include_negated: also return memories marked false (default false).\n\
+One recall is usually enough. Use the returned `atom_id` with memory_correct or memory_govern. Do not pass `scope`: it is set for you.";
+
+const CORRECT: &str = "Correct a memory (append-only: the old content stays in the audit chain).\n\
+- target_atom: an atom_id from memory_recall. reason: why (recorded in the audit chain).\n\
+- action: `negate` (it is false or obsolete; deactivates it; there is no un-negate — if you negated by mistake, replace), `confirm_actual` (now confirmed as fact), `confirm_necessary` (a hard constraint to follow), `demote` (only a possibility), `replace` (new content in `new_content`, required; the old atom stays in the evolution chain).\n\
+Only one atom of a chain is in effect: to fix a replacement, replace the newest atom again. A correction aimed at a superseded atom is rejected and names the current one.";
+
+const GOVERN: &str = "Manage a memory's lifecycle.\n\
+- target_atom: an atom_id. reason: why (recorded in the audit chain).\n\
+- action: `quarantine` (hidden from recall, content kept, undo with `restore`), `seal` (visible to audit only), `tombstone` (logical delete; the content is destroyed), `derive_lesson` (store the redacted lesson in `lesson_content`, required, as a new atom derived from this one; the original is sealed).\n\
+If a memory contains leaked sensitive information: derive_lesson when there is a lesson to keep, otherwise seal or tombstone.";
+
+const HANDOFF: &str = "Store a session handoff: the summary of a task for whoever continues it. The next session's start-up brief shows the latest handoffs first.\n\
+- summary: what was done, why, how it was verified, risks, next steps (free form).\n\
+Call it when a task or milestone is finished or the session is about to end. Use memory_memorize for single facts; a handoff covers a whole task.";
+
+const STATS: &str = "Overview of the store for this scope: atom and edge counts, index coverage (semantic, keyword, temporal, categorical) and the snapshot version, which increases with every write. Mostly for hooks and diagnostics; normal work does not need it.";
+
+const INSTRUCTIONS: &str = "HMG is long-term memory across sessions. Memorize durable facts, decisions, preferences and constraints as you learn them (one self-contained sentence each, in the user's language); recall with noun phrases before relying on assumptions; correct instead of duplicating; hand off at the end of a task. Scope is resolved for you.";
+
+/// Where scopes come from for one server.
+#[derive(Debug, Clone)]
+pub struct ScopeResolver {
+    /// The tenant every call acts in.
+    pub tenant: String,
+    /// Directories to infer the repository from, in order (project
+    /// directory, working directory); empty over HTTP.
+    pub directories: Vec<PathBuf>,
+    /// The key proving hook-injected scopes.
+    pub hook_key: Option<Vec<u8>>,
+}
+
+impl ScopeResolver {
+    /// The resolver of a local (stdio) server: the OS user,
+    /// `CLAUDE_PROJECT_DIR`, then the working directory.
+    pub fn local(hook_key: Option<Vec<u8>>) -> ScopeResolver {
+        let mut directories = Vec::new();
+        if let Some(dir) = std::env::var_os("CLAUDE_PROJECT_DIR").filter(|d| !d.is_empty()) {
+            directories.push(PathBuf::from(dir));
+        }
+        if let Ok(dir) = std::env::current_dir() {
+            directories.push(dir);
+        }
+        ScopeResolver { tenant: crate::scope::os_user(), directories, hook_key }
+    }
+
+    /// The scope for a call that carried `injected`, with the client's
+    /// `roots` as the last resort.
+    pub fn resolve(&self, injected: Option<&ScopeInput>, roots: &[PathBuf]) -> Scope {
+        if let (Some(key), Some(input)) = (&self.hook_key, injected)
+            && let Some(scope) = crate::hook::verified(key, input)
+        {
+            return Scope { tenant_id: self.tenant.clone(), ..scope };
+        }
+        if injected.is_some() {
+            tracing::debug!("ignoring a scope without a valid hook proof");
+        }
+        self.directories
+            .iter()
+            .chain(roots)
+            .map(|dir| crate::scope::infer_scope(&self.tenant, dir))
+            .find(|scope| scope.repository.is_some())
+            .unwrap_or_else(|| Scope::tenant(self.tenant.clone()))
+    }
+
+    /// Whether the roots could matter (no directory of ours is a repository).
+    fn needs_roots(&self) -> bool {
+        !self.directories.iter().any(|dir| crate::scope::git_facts(dir).top_level.is_some())
+    }
+}
+
+/// Decodes `%XX` escapes of a `file://` URI path.
+fn file_uri_path(uri: &str) -> Option<PathBuf> {
+    let path = uri.strip_prefix("file://")?;
+    let path = path.strip_prefix("localhost").unwrap_or(path);
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(byte) = u8::from_str_radix(path.get(i + 1..i + 3).unwrap_or(""), 16)
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    Some(PathBuf::from(String::from_utf8(out).ok()?))
+}
+
+/// The `hmg` MCP server.
+#[derive(Clone)]
+pub struct HmgServer {
+    shared: Arc<SharedMemory>,
+    resolver: Arc<ScopeResolver>,
+    actor: String,
+    roots: Arc<tokio::sync::OnceCell<Vec<PathBuf>>>,
+    tool_router: ToolRouter<HmgServer>,
+}
+
+impl std::fmt::Debug for HmgServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HmgServer").field("resolver", &self.resolver).field("actor", &self.actor).finish_non_exhaustive()
+    }
+}
+
+type ToolResult = Result<Json<Value>, String>;
+
+#[tool_router]
+impl HmgServer {
+    /// A server over `shared`, acting as `actor` in audit entries.
+    pub fn new(shared: Arc<SharedMemory>, resolver: ScopeResolver, actor: impl Into<String>) -> HmgServer {
+        HmgServer {
+            shared,
+            resolver: Arc::new(resolver),
+            actor: actor.into(),
+            roots: Arc::new(tokio::sync::OnceCell::new()),
+            tool_router: HmgServer::tool_router(),
+        }
+    }
+
+    /// A fresh session of the same server (its own client roots).
+    pub fn session(&self) -> HmgServer {
+        HmgServer { roots: Arc::new(tokio::sync::OnceCell::new()), ..self.clone() }
+    }
+
+    #[tool(
+        name = "memory_memorize",
+        description = MEMORIZE,
+        input_schema = crate::tools::schema_of::<MemorizeArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::MemorizeOutcome>(),
+        annotations(title = "Memorize", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn memory_memorize(&self, Parameters(args): Parameters<Checked<MemorizeArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Memorize), &context).await
+    }
+
+    #[tool(
+        name = "memory_recall",
+        description = RECALL,
+        input_schema = crate::tools::schema_of::<RecallArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::RecallOutcome>(),
+        annotations(title = "Recall", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn memory_recall(&self, Parameters(args): Parameters<Checked<RecallArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Recall), &context).await
+    }
+
+    #[tool(
+        name = "memory_correct",
+        description = CORRECT,
+        input_schema = crate::tools::schema_of::<CorrectArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::CorrectOutcome>(),
+        annotations(title = "Correct a memory", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_correct(&self, Parameters(args): Parameters<Checked<CorrectArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Correct), &context).await
+    }
+
+    #[tool(
+        name = "memory_govern",
+        description = GOVERN,
+        input_schema = crate::tools::schema_of::<GovernArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::GovernOutcome>(),
+        annotations(title = "Govern a memory", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_govern(&self, Parameters(args): Parameters<Checked<GovernArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Govern), &context).await
+    }
+
+    #[tool(
+        name = "memory_handoff",
+        description = HANDOFF,
+        input_schema = crate::tools::schema_of::<HandoffArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::HandoffOutcome>(),
+        annotations(title = "Session handoff", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn memory_handoff(&self, Parameters(args): Parameters<Checked<HandoffArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Handoff), &context).await
+    }
+
+    #[tool(
+        name = "memory_stats",
+        description = STATS,
+        input_schema = crate::tools::schema_of::<StatsArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::Stats>(),
+        annotations(title = "Store statistics", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn memory_stats(&self, Parameters(args): Parameters<Checked<StatsArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+        self.run(args.0.map(ToolCall::Stats), &context).await
+    }
+}
+
+impl HmgServer {
+    /// Resolves the scope and runs the call on a blocking thread.
+    async fn run(&self, call: Result<ToolCall, ToolError>, context: &RequestContext<RoleServer>) -> ToolResult {
+        let call = call.map_err(|e| e.to_string())?;
+        let roots = if call.scope().is_some_and(|s| self.resolver.hook_key.as_ref().is_some_and(|k| crate::hook::verified(k, s).is_some())) {
+            Vec::new()
+        } else {
+            self.roots(context).await
+        };
+        let scope = self.resolver.resolve(call.scope(), &roots);
+        let caller = Caller::new(scope, self.actor.clone());
+        let span = tracing::info_span!("mcp_call", tool = call.name(), scope = %caller.scope.display());
+        let shared = Arc::clone(&self.shared);
+        let _entered = span.enter();
+        match tokio::task::spawn_blocking(move || shared.call(call, &caller)).await {
+            Ok(Ok(value)) => Ok(Json(value)),
+            Ok(Err(error @ ToolError::Internal(_))) => {
+                tracing::error!(%error, "tool failed");
+                Err(error.to_string())
+            }
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(join) => {
+                tracing::error!(error = %join, "tool panicked");
+                Err("internal error: the tool failed unexpectedly; nothing was acknowledged".to_owned())
+            }
+        }
+    }
+
+    /// The client's roots (asked once per session, only when they could
+    /// matter). Roots are deprecated by SEP-2577 but hosts of the older
+    /// protocol generation still send them.
+    #[allow(deprecated)]
+    async fn roots(&self, context: &RequestContext<RoleServer>) -> Vec<PathBuf> {
+        if !self.resolver.needs_roots() {
+            return Vec::new();
+        }
+        self.roots
+            .get_or_init(|| async {
+                let supported = context.peer.peer_info().is_some_and(|info| info.capabilities.roots.is_some());
+                if !supported {
+                    return Vec::new();
+                }
+                match tokio::time::timeout(Duration::from_secs(3), context.peer.list_roots()).await {
+                    Ok(Ok(result)) => result.roots.iter().filter_map(|root| file_uri_path(&root.uri)).collect(),
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "roots/list failed");
+                        Vec::new()
+                    }
+                    Err(_) => Vec::new(),
+                }
+            })
+            .await
+            .clone()
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for HmgServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("hmg", env!("CARGO_PKG_VERSION"))
+                    .with_title("HMG memory")
+                    .with_description("Local, auditable long-term memory for agents"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// Serves MCP over stdin/stdout until the client disconnects.
+pub async fn serve_stdio(server: HmgServer) -> Result<(), std::io::Error> {
+    use rmcp::ServiceExt;
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(std::io::Error::other)?;
+    running.waiting().await.map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+/// The streamable HTTP service for `/mcp`: Origin validation on (loopback
+/// origins only), `Host` checked against `allowed_hosts`.
+pub fn http_service(
+    server: HmgServer,
+    allowed_hosts: Vec<String>,
+    cancel: tokio_util::sync::CancellationToken,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<HmgServer, rmcp::transport::streamable_http_server::session::local::LocalSessionManager> {
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts)
+        .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])
+        .with_max_request_body_bytes(1024 * 1024)
+        .with_cancellation_token(cancel);
+    StreamableHttpService::new(move || Ok(server.session()), Default::default(), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_descriptions_stay_under_two_kilobytes() {
+        for text in [MEMORIZE, RECALL, CORRECT, GOVERN, HANDOFF, STATS] {
+            assert!(text.len() < 2048, "{} bytes: {text}", text.len());
+        }
+    }
+
+    #[test]
+    fn a_model_cannot_choose_its_scope() {
+        let key = b"0123456789abcdef0123456789abcdef".to_vec();
+        let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };
+        let forged = ScopeInput { tenant_id: Some("bob".to_owned()), repository: Some("secret".to_owned()), ..ScopeInput::default() };
+        assert_eq!(resolver.resolve(Some(&forged), &[]), Scope::tenant("alice"));
+        let hooked = crate::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
+        assert_eq!(resolver.resolve(Some(&hooked), &[]), Scope::tenant("alice").with_workspace("acme").with_repository("api"));
+    }
+
+    #[test]
+    fn file_uris_decode() {
+        assert_eq!(file_uri_path("file:///home/a/my%20repo"), Some(PathBuf::from("/home/a/my repo")));
+        assert_eq!(file_uri_path("https://x"), None);
+    }
+}

@@ -1,0 +1,263 @@
+//! Sharing one store between processes. RocksDB lets one process open a
+//! store; hosts start one `hmg mcp` per session (and hooks run beside them),
+//! so the process that holds the store also serves a Unix socket next to it,
+//! and every other process sends its tool calls there.
+//!
+//! **Invariants:**
+//! - At most one process has the store open; it alone binds the socket
+//!   (a stale socket file is replaced only while holding the store's lock).
+//! - A guest whose owner went away takes the store over on its next call;
+//!   no call is lost in between (it is retried until a deadline).
+//! - The caller (scope and actor) travels with every relayed call: the owner
+//!   acts in the guest's resolved scope, never in its own.
+//! - Only the OS user can connect (the socket is created mode 0600).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Digest;
+
+use crate::memory::{Caller, Memory, MemoryError, MemoryOptions};
+use crate::scope::Scope;
+use crate::tools::{ToolCall, ToolError};
+
+/// How long a call waits for the store to become available.
+const TAKEOVER_DEADLINE: Duration = Duration::from_secs(20);
+/// Largest relayed request line.
+const MAX_LINE_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    tool: String,
+    arguments: Value,
+    scope: WireScope,
+    actor: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireScope {
+    tenant_id: String,
+    workspace: Option<String>,
+    repository: Option<String>,
+    branch: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Response {
+    Ok(Value),
+    Error(ToolError),
+}
+
+struct Owner {
+    memory: Arc<Memory>,
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag, then remove the socket
+        // before the store's lock is released (when `memory` drops).
+        let _ = UnixStream::connect(&self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+        if let Err(error) = self.memory.flush() {
+            tracing::warn!(%error, "flushing the store on exit failed");
+        }
+    }
+}
+
+/// A store opened by this process or reached through the process that has it.
+pub struct SharedMemory {
+    dir: PathBuf,
+    options: MemoryOptions,
+    owner: Mutex<Option<Owner>>,
+}
+
+impl std::fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedMemory").field("dir", &self.dir).field("owner", &self.is_owner()).finish()
+    }
+}
+
+/// The socket of the store in `dir`: inside it, or in the temporary
+/// directory when that path would exceed the platform's limit.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    let inside = dir.join("hmg.sock");
+    if inside.as_os_str().len() < 100 {
+        return inside;
+    }
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let digest = hex::encode(sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
+    std::env::temp_dir().join(format!("hmg-{}.sock", &digest[..16]))
+}
+
+fn is_lock_error(error: &MemoryError) -> bool {
+    matches!(error, MemoryError::Store(crate::store::StoreError::Locked { .. }))
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> MemoryError {
+    MemoryError::Store(crate::store::StoreError::Io { path: path.to_path_buf(), source })
+}
+
+impl SharedMemory {
+    /// Opens the store in `dir`, or joins the process that has it open.
+    pub fn open(dir: &Path, options: MemoryOptions) -> Result<SharedMemory, MemoryError> {
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        let shared = SharedMemory { dir: dir.to_path_buf(), options, owner: Mutex::new(None) };
+        if UnixStream::connect(socket_path(dir)).is_err() {
+            match shared.take_over() {
+                Ok(()) => {}
+                Err(error) if is_lock_error(&error) => tracing::info!("the store is open in another process; relaying through it"),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(shared)
+    }
+
+    /// Whether this process has the store open.
+    pub fn is_owner(&self) -> bool {
+        self.owner.lock().map(|o| o.is_some()).unwrap_or(false)
+    }
+
+    /// The local facade, when this process owns the store.
+    pub fn local(&self) -> Option<Arc<Memory>> {
+        self.owner.lock().ok().and_then(|o| o.as_ref().map(|o| Arc::clone(&o.memory)))
+    }
+
+    /// Opens the store and serves the socket.
+    fn take_over(&self) -> Result<(), MemoryError> {
+        let mut owner = self.owner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owner.is_some() {
+            return Ok(());
+        }
+        let memory = Arc::new(Memory::open_with(Some(&self.dir), self.options.clone())?);
+        let socket = socket_path(&self.dir);
+        // We hold the store's lock, so any socket file left is stale.
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).map_err(|e| io_error(&socket, e))?;
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        let stop = Arc::new(AtomicBool::new(false));
+        let serving = Arc::clone(&memory);
+        let stopping = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("hmg-relay".to_owned())
+            .spawn(move || serve(listener, serving, stopping))
+            .map_err(|e| io_error(&socket, e))?;
+        tracing::info!(socket = %socket.display(), "store opened; serving other processes");
+        *owner = Some(Owner { memory, socket, stop });
+        Ok(())
+    }
+
+    /// Runs `call` for `caller`: here when this process owns the store,
+    /// otherwise through the owner, taking over if the owner is gone.
+    pub fn call(&self, call: ToolCall, caller: &Caller) -> Result<Value, ToolError> {
+        let deadline = Instant::now() + TAKEOVER_DEADLINE;
+        loop {
+            if let Some(memory) = self.local() {
+                return call.run(&memory, caller);
+            }
+            match relay(&socket_path(&self.dir), &call, caller) {
+                Ok(response) => return response,
+                Err(error) => tracing::debug!(%error, "relay unavailable; trying to open the store"),
+            }
+            match self.take_over() {
+                Ok(()) => continue,
+                Err(error) if is_lock_error(&error) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                Err(error) => return Err(ToolError::Internal(format!("the store is not available: {error}"))),
+            }
+        }
+    }
+
+    /// Flushes the store when this process owns it.
+    pub fn flush(&self) -> Result<(), MemoryError> {
+        match self.local() {
+            Some(memory) => memory.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Sends one call to the owner. An I/O error means no owner answered.
+fn relay(socket: &Path, call: &ToolCall, caller: &Caller) -> std::io::Result<Result<Value, ToolError>> {
+    let mut stream = UnixStream::connect(socket)?;
+    let request = Request {
+        tool: call.name().to_owned(),
+        arguments: call.arguments(),
+        scope: WireScope {
+            tenant_id: caller.scope.tenant_id.clone(),
+            workspace: caller.scope.workspace.clone(),
+            repository: caller.scope.repository.clone(),
+            branch: caller.scope.branch.clone(),
+        },
+        actor: caller.actor.clone(),
+    };
+    let mut line = serde_json::to_vec(&request).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    stream.flush()?;
+    let mut reader = BufReader::new(stream);
+    let mut answer = String::new();
+    if reader.read_line(&mut answer)? == 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the store's owner closed the connection"));
+    }
+    match serde_json::from_str(&answer).map_err(std::io::Error::other)? {
+        Response::Ok(value) => Ok(Ok(value)),
+        Response::Error(error) => Ok(Err(error)),
+    }
+}
+
+fn serve(listener: UnixListener, memory: Arc<Memory>, stop: Arc<AtomicBool>) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let memory = Arc::clone(&memory);
+        let spawned = std::thread::Builder::new().name("hmg-relay-call".to_owned()).spawn(move || {
+            if let Err(error) = answer(stream, &memory) {
+                tracing::debug!(%error, "relay connection ended");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot serve a relayed call");
+        }
+    }
+}
+
+fn answer(stream: UnixStream, memory: &Memory) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(std::io::Read::take(stream.try_clone()?, MAX_LINE_BYTES));
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let response = match serde_json::from_str::<Request>(&line) {
+        Err(error) => Response::Error(ToolError::Invalid { field: None, message: format!("malformed relay request: {error}") }),
+        Ok(request) => {
+            let scope = Scope {
+                tenant_id: request.scope.tenant_id,
+                workspace: request.scope.workspace,
+                repository: request.scope.repository,
+                branch: request.scope.branch,
+            };
+            let caller = Caller::new(scope, request.actor);
+            let _span = tracing::info_span!("relayed", tool = %request.tool).entered();
+            match ToolCall::decode(&request.tool, request.arguments).and_then(|call| call.run(memory, &caller)) {
+                Ok(value) => Response::Ok(value),
+                Err(error) => Response::Error(error),
+            }
+        }
+    };
+    let mut out = serde_json::to_vec(&response).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    let mut stream = stream;
+    stream.write_all(&out)?;
+    stream.flush()
+}

@@ -1,0 +1,477 @@
+//! The memory tools of SPEC §3 as data: argument types with JSON Schemas,
+//! their decoding (a malformed call names the bad field), and one dispatcher
+//! over [`Memory`]. The MCP server, the store relay and any other surface
+//! that speaks "tool name + JSON arguments" adapt this module; none of them
+//! re-implements a tool.
+//!
+//! **Invariant:** the `scope` argument never decides where a call acts. It is
+//! decoded (so a malformed one is reported) and handed back to the surface,
+//! which resolves the scope itself (see [`crate::scope`]).
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::memory::{BriefOptions, Caller, CorrectAction, CorrectRequest, GovernAction, GovernRequest, HandoffRequest, MemorizeRequest, Memory, MemoryError};
+use crate::recall::RecallRequest;
+
+/// Tool names, in the order hosts list them.
+pub const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats"];
+
+/// Why a tool call failed. `Invalid` is the caller's to fix (an MCP tool
+/// result with `isError: true`); `Internal` is ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolError {
+    /// The arguments or the request cannot be carried out as sent.
+    #[error("{message}")]
+    Invalid {
+        /// The argument at fault, when one is (`content`, `scope.branch`, …).
+        field: Option<String>,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// No such tool.
+    #[error("unknown tool '{0}'; the tools are {names}", names = TOOL_NAMES.join(", "))]
+    UnknownTool(String),
+    /// The server failed; the request may be retried.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<MemoryError> for ToolError {
+    fn from(error: MemoryError) -> ToolError {
+        match &error {
+            MemoryError::InvalidInput { field, .. } => ToolError::Invalid { field: Some((*field).to_owned()), message: error.to_string() },
+            MemoryError::Scope(_) => ToolError::Invalid { field: Some("scope".to_owned()), message: error.to_string() },
+            _ if error.is_caller_error() => ToolError::Invalid { field: None, message: error.to_string() },
+            _ => {
+                tracing::error!(%error, "tool call failed");
+                ToolError::Internal(error.to_string())
+            }
+        }
+    }
+}
+
+/// The optional `scope` every tool accepts (hosts' hooks inject it; agents
+/// need not send it, and what a model sends is overwritten).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeInput {
+    /// Tenant: the local user name (set by HMG, never by the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// Workspace, usually the git remote owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Repository name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// Branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Set by `hmg hook pre-tool-use`: proves the scope came from the hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
+}
+
+/// `memory_memorize` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemorizeArgs {
+    /// The memory: one self-contained sentence, in the language of the conversation.
+    pub content: String,
+    /// Attribution: `user` (said by the user, more authoritative), `agent` (summarised by the agent) or a custom name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Injected by the hook; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// `memory_recall` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecallArgs {
+    /// What to find: a noun phrase keeping the key entities (people, projects, technologies, file names), not a chatty question.
+    pub query: String,
+    /// Most results returned (default 10, at most 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_results: Option<u32>,
+    /// Also return negated memories (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_negated: Option<bool>,
+    /// Injected by the hook; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// A correction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CorrectActionArg {
+    /// Mark false and deactivate (there is no un-negate).
+    Negate,
+    /// Confirm as fact.
+    ConfirmActual,
+    /// Confirm as a hard constraint.
+    ConfirmNecessary,
+    /// Demote to a guess.
+    Demote,
+    /// Replace with `new_content` (a new atom; the old one stays in the evolution chain).
+    Replace,
+}
+
+/// `memory_correct` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorrectArgs {
+    /// The atom to correct (an `atom_id` from memory_recall).
+    pub target_atom: String,
+    /// negate | confirm_actual | confirm_necessary | demote | replace.
+    pub action: CorrectActionArg,
+    /// Why; written to the audit chain.
+    pub reason: String,
+    /// The new content (required for replace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_content: Option<String>,
+    /// Inherited from the target atom; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// A lifecycle action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GovernActionArg {
+    /// Out of recall, content kept, restorable.
+    Quarantine,
+    /// Undo a quarantine.
+    Restore,
+    /// Audit-only.
+    Seal,
+    /// Logical delete; the content is destroyed.
+    Tombstone,
+    /// A new redacted lesson (`lesson_content`) derived from the atom, which is sealed.
+    DeriveLesson,
+}
+
+/// `memory_govern` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GovernArgs {
+    /// The atom to govern.
+    pub target_atom: String,
+    /// quarantine | restore | seal | tombstone | derive_lesson.
+    pub action: GovernActionArg,
+    /// Why; written to the audit chain.
+    pub reason: String,
+    /// The redacted lesson (required for derive_lesson).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lesson_content: Option<String>,
+    /// Inherited from the target atom; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// `memory_handoff` arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffArgs {
+    /// The handoff: what was done, why, how it was verified, risks, next steps.
+    pub summary: String,
+    /// Attribution (default `agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Injected by the hook; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// `memory_stats` arguments (none besides the injected scope).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatsArgs {
+    /// Injected by the hook; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeInput>,
+}
+
+/// Arguments that were decoded, or the message naming what is wrong with
+/// them. Its schema is `T`'s; decoding never fails at the protocol level, so
+/// a malformed call becomes a tool error the model can read and fix.
+#[derive(Debug, Clone)]
+pub struct Checked<T>(pub Result<T, ToolError>);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Checked<T>, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Ok(Checked(decode(value)))
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Checked<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
+/// Decodes arguments; the error names the offending field.
+pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> {
+    let value = match value {
+        Value::Null => Value::Object(Map::new()),
+        other => other,
+    };
+    if !value.is_object() {
+        return Err(ToolError::Invalid { field: None, message: "arguments must be a JSON object".to_owned() });
+    }
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner().to_string();
+        // serde names a missing or unknown field in its message, not its path.
+        let field = if path == "." {
+            backticked(&inner).or(None)
+        } else {
+            Some(path)
+        };
+        let message = match &field {
+            Some(field) if !inner.contains(&format!("`{field}`")) => format!("{field}: {inner}"),
+            _ => inner,
+        };
+        ToolError::Invalid { field, message }
+    })
+}
+
+/// The first `name` quoted in backticks in a serde message.
+fn backticked(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let end = start + message[start..].find('`')?;
+    Some(message[start..end].to_owned())
+}
+
+/// The JSON Schema of what `T` serializes to (an output schema: fields
+/// skipped when empty are optional) as an MCP schema object.
+pub fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
+    schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize())
+}
+
+/// The JSON Schema of what `T` accepts (an input schema).
+pub fn schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
+    schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_deserialize())
+}
+
+fn schema_with<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> Arc<Map<String, Value>> {
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    match serde_json::to_value(schema) {
+        Ok(mut value) => {
+            strip_integer_formats(&mut value);
+            match value {
+                Value::Object(map) => Arc::new(map),
+                _ => Arc::new(Map::new()),
+            }
+        }
+        Err(_) => Arc::new(Map::new()),
+    }
+}
+
+/// Removes schemars' `uint32`-style formats: they are not JSON Schema
+/// formats, and validators (the MCP Inspector's among them) warn about each.
+/// The `minimum` next to them still says what they meant.
+fn strip_integer_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int")) {
+                map.remove("format");
+            }
+            map.values_mut().for_each(strip_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_integer_formats),
+        _ => {}
+    }
+}
+
+/// A decoded call of one tool.
+#[derive(Debug, Clone)]
+pub enum ToolCall {
+    /// memory_memorize.
+    Memorize(MemorizeArgs),
+    /// memory_recall.
+    Recall(RecallArgs),
+    /// memory_correct.
+    Correct(CorrectArgs),
+    /// memory_govern.
+    Govern(GovernArgs),
+    /// memory_handoff.
+    Handoff(HandoffArgs),
+    /// memory_stats.
+    Stats(StatsArgs),
+    /// The session-start brief (for hooks; not an MCP tool).
+    Brief {
+        /// Upper bound on the text, in characters.
+        max_chars: usize,
+    },
+}
+
+impl ToolCall {
+    /// Decodes `arguments` for the tool `name`.
+    pub fn decode(name: &str, arguments: Value) -> Result<ToolCall, ToolError> {
+        Ok(match name {
+            "memory_memorize" => ToolCall::Memorize(decode(arguments)?),
+            "memory_recall" => ToolCall::Recall(decode(arguments)?),
+            "memory_correct" => ToolCall::Correct(decode(arguments)?),
+            "memory_govern" => ToolCall::Govern(decode(arguments)?),
+            "memory_handoff" => ToolCall::Handoff(decode(arguments)?),
+            "memory_stats" => ToolCall::Stats(decode(arguments)?),
+            "agent_brief" => {
+                let max_chars = arguments.get("max_chars").and_then(Value::as_u64).unwrap_or(BriefOptions::default().max_chars as u64);
+                ToolCall::Brief { max_chars: usize::try_from(max_chars).unwrap_or(usize::MAX) }
+            }
+            other => return Err(ToolError::UnknownTool(other.to_owned())),
+        })
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToolCall::Memorize(_) => "memory_memorize",
+            ToolCall::Recall(_) => "memory_recall",
+            ToolCall::Correct(_) => "memory_correct",
+            ToolCall::Govern(_) => "memory_govern",
+            ToolCall::Handoff(_) => "memory_handoff",
+            ToolCall::Stats(_) => "memory_stats",
+            ToolCall::Brief { .. } => "agent_brief",
+        }
+    }
+
+    /// The scope the arguments carried, if any (for the surface to judge).
+    pub fn scope(&self) -> Option<&ScopeInput> {
+        match self {
+            ToolCall::Memorize(a) => a.scope.as_ref(),
+            ToolCall::Recall(a) => a.scope.as_ref(),
+            ToolCall::Correct(a) => a.scope.as_ref(),
+            ToolCall::Govern(a) => a.scope.as_ref(),
+            ToolCall::Handoff(a) => a.scope.as_ref(),
+            ToolCall::Stats(a) => a.scope.as_ref(),
+            ToolCall::Brief { .. } => None,
+        }
+    }
+
+    /// Re-encodes the call (for relaying it to another process).
+    pub fn arguments(&self) -> Value {
+        let value = match self {
+            ToolCall::Memorize(a) => serde_json::to_value(a),
+            ToolCall::Recall(a) => serde_json::to_value(a),
+            ToolCall::Correct(a) => serde_json::to_value(a),
+            ToolCall::Govern(a) => serde_json::to_value(a),
+            ToolCall::Handoff(a) => serde_json::to_value(a),
+            ToolCall::Stats(a) => serde_json::to_value(a),
+            ToolCall::Brief { max_chars } => Ok(serde_json::json!({ "max_chars": max_chars })),
+        };
+        value.unwrap_or(Value::Null)
+    }
+
+    /// Whether the tool changes memory.
+    pub fn writes(&self) -> bool {
+        !matches!(self, ToolCall::Recall(_) | ToolCall::Stats(_) | ToolCall::Brief { .. })
+    }
+
+    /// Runs the call for `caller` (whose scope the surface resolved) and
+    /// returns the tool's structured output.
+    pub fn run(self, memory: &Memory, caller: &Caller) -> Result<Value, ToolError> {
+        let span = tracing::info_span!("tool", tool = self.name(), tenant = %caller.scope.tenant_id, actor = %caller.actor);
+        let _entered = span.enter();
+        let value = match self {
+            ToolCall::Memorize(a) => {
+                let mut request = MemorizeRequest::new(a.content);
+                if let Some(source) = a.source {
+                    request = request.with_source(source);
+                }
+                serde_json::to_value(memory.memorize(caller, request)?)
+            }
+            ToolCall::Recall(a) => {
+                let request = RecallRequest {
+                    max_results: a.max_results.map_or(10, |n| n as usize),
+                    include_negated: a.include_negated.unwrap_or(false),
+                    ..RecallRequest::new(a.query)
+                };
+                serde_json::to_value(memory.recall(caller, request)?)
+            }
+            ToolCall::Correct(a) => {
+                let action = match a.action {
+                    CorrectActionArg::Negate => CorrectAction::Negate,
+                    CorrectActionArg::ConfirmActual => CorrectAction::ConfirmActual,
+                    CorrectActionArg::ConfirmNecessary => CorrectAction::ConfirmNecessary,
+                    CorrectActionArg::Demote => CorrectAction::Demote,
+                    CorrectActionArg::Replace => CorrectAction::Replace,
+                };
+                let request = CorrectRequest { target_atom: a.target_atom, action, reason: a.reason, new_content: a.new_content };
+                serde_json::to_value(memory.correct(caller, request)?)
+            }
+            ToolCall::Govern(a) => {
+                let action = match a.action {
+                    GovernActionArg::Quarantine => GovernAction::Quarantine,
+                    GovernActionArg::Restore => GovernAction::Restore,
+                    GovernActionArg::Seal => GovernAction::Seal,
+                    GovernActionArg::Tombstone => GovernAction::Tombstone,
+                    GovernActionArg::DeriveLesson => GovernAction::DeriveLesson,
+                };
+                let request = GovernRequest { target_atom: a.target_atom, action, reason: a.reason, lesson_content: a.lesson_content };
+                serde_json::to_value(memory.govern(caller, request)?)
+            }
+            ToolCall::Handoff(a) => serde_json::to_value(memory.handoff(caller, HandoffRequest { summary: a.summary, source: a.source })?),
+            ToolCall::Stats(_) => serde_json::to_value(memory.stats(caller)?),
+            ToolCall::Brief { max_chars } => {
+                let options = BriefOptions { max_chars, ..BriefOptions::default() };
+                serde_json::to_value(memory.brief(caller, options)?)
+            }
+        };
+        value.map_err(|e| ToolError::Internal(format!("cannot encode the result: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_call_names_the_field() {
+        let cases = [
+            (serde_json::json!({}), "content"),
+            (serde_json::json!({"content": 5}), "content"),
+            (serde_json::json!({"content": "x", "sauce": "user"}), "sauce"),
+            (serde_json::json!({"content": "x", "scope": {"branch": 3}}), "scope.branch"),
+        ];
+        for (arguments, field) in cases {
+            match ToolCall::decode("memory_memorize", arguments.clone()) {
+                Err(ToolError::Invalid { field: Some(f), message }) => {
+                    assert_eq!(f, field, "{arguments}: {message}");
+                    assert!(message.contains(field), "{message}");
+                }
+                other => panic!("{arguments}: {other:?}"),
+            }
+        }
+        match ToolCall::decode("memory_correct", serde_json::json!({"target_atom": "x", "action": "undo", "reason": "r"})) {
+            Err(ToolError::Invalid { field: Some(f), message }) => {
+                assert_eq!(f, "action");
+                assert!(message.contains("negate"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn schemas_make_only_the_seed_fields_required() {
+        let schema = schema_of::<CorrectArgs>();
+        let required: Vec<&str> = schema["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(required, ["target_atom", "action", "reason"]);
+        let schema = schema_of::<StatsArgs>();
+        assert!(schema.get("required").is_none_or(|r| r.as_array().is_some_and(Vec::is_empty)));
+    }
+}
