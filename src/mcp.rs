@@ -85,13 +85,13 @@ impl ScopeResolver {
         ScopeResolver { tenant: crate::scope::os_user(), directories, hook_key }
     }
 
-    /// The scope for a call that carried `injected`, with the client's
-    /// `roots` as the last resort.
-    pub fn resolve(&self, injected: Option<&ScopeInput>, roots: &[PathBuf]) -> Scope {
+    /// The scope for a call of `tenant` that carried `injected`, with the
+    /// client's `roots` as the last resort.
+    pub fn resolve(&self, tenant: &str, injected: Option<&ScopeInput>, roots: &[PathBuf]) -> Scope {
         if let (Some(key), Some(input)) = (&self.hook_key, injected)
             && let Some(scope) = crate::hook::verified(key, input)
         {
-            return Scope { tenant_id: self.tenant.clone(), ..scope };
+            return Scope { tenant_id: tenant.to_owned(), ..scope };
         }
         if injected.is_some() {
             tracing::debug!("ignoring a scope without a valid hook proof");
@@ -99,9 +99,9 @@ impl ScopeResolver {
         self.directories
             .iter()
             .chain(roots)
-            .map(|dir| crate::scope::infer_scope(&self.tenant, dir))
+            .map(|dir| crate::scope::infer_scope(tenant, dir))
             .find(|scope| scope.repository.is_some())
-            .unwrap_or_else(|| Scope::tenant(self.tenant.clone()))
+            .unwrap_or_else(|| Scope::tenant(tenant))
     }
 
     /// Whether the roots could matter (no directory of ours is a repository).
@@ -239,13 +239,30 @@ impl HmgServer {
     /// Resolves the scope and runs the call on a blocking thread.
     async fn run(&self, call: Result<ToolCall, ToolError>, context: &RequestContext<RoleServer>) -> ToolResult {
         let call = call.map_err(|e| e.to_string())?;
+        // Over HTTP the authenticated principal decides the tenant and what
+        // the call may do; over stdio it is the OS user with every right.
+        let (tenant, actor) = match context.extensions.get::<axum::http::request::Parts>() {
+            Some(parts) => {
+                let principal = parts
+                    .extensions
+                    .get::<crate::token::Principal>()
+                    .ok_or_else(|| "unauthenticated: send an access token (Authorization: Bearer …)".to_owned())?;
+                let allowed = if call.writes() { principal.write } else { principal.read };
+                if !allowed {
+                    let needed = if call.writes() { crate::token::WRITE } else { crate::token::READ };
+                    return Err(format!("insufficient scope: {} needs a token with {needed}", call.name()));
+                }
+                (principal.tenant.clone(), principal.actor("mcp-http"))
+            }
+            None => (self.resolver.tenant.clone(), self.actor.clone()),
+        };
         let roots = if call.scope().is_some_and(|s| self.resolver.hook_key.as_ref().is_some_and(|k| crate::hook::verified(k, s).is_some())) {
             Vec::new()
         } else {
             self.roots(context).await
         };
-        let scope = self.resolver.resolve(call.scope(), &roots);
-        let caller = Caller::new(scope, self.actor.clone());
+        let scope = self.resolver.resolve(&tenant, call.scope(), &roots);
+        let caller = Caller::new(scope, actor);
         let span = tracing::info_span!("mcp_call", tool = call.name(), scope = %caller.scope.display());
         let shared = Arc::clone(&self.shared);
         let _entered = span.enter();
@@ -344,9 +361,9 @@ mod tests {
         let key = b"0123456789abcdef0123456789abcdef".to_vec();
         let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };
         let forged = ScopeInput { tenant_id: Some("bob".to_owned()), repository: Some("secret".to_owned()), ..ScopeInput::default() };
-        assert_eq!(resolver.resolve(Some(&forged), &[]), Scope::tenant("alice"));
+        assert_eq!(resolver.resolve("alice", Some(&forged), &[]), Scope::tenant("alice"));
         let hooked = crate::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
-        assert_eq!(resolver.resolve(Some(&hooked), &[]), Scope::tenant("alice").with_workspace("acme").with_repository("api"));
+        assert_eq!(resolver.resolve("alice", Some(&hooked), &[]), Scope::tenant("alice").with_workspace("acme").with_repository("api"));
     }
 
     #[test]

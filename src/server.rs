@@ -1,9 +1,14 @@
-//! `hmg serve`: the HTTP server. `/mcp` (streamable HTTP MCP) and
-//! `/healthz`; every request is traced.
+//! `hmg serve`: the HTTP server. `/mcp` (streamable HTTP MCP), `/sparql`
+//! (read-only SPARQL 1.1 Protocol), `/healthz` and the OAuth
+//! protected-resource metadata; every request is traced.
 //!
 //! **Invariants:**
 //! - Without access tokens the server binds loopback only; any other
 //!   address is refused at start with a message saying why.
+//! - With tokens, every route but `/healthz` and the metadata needs a bearer
+//!   token: 401 with `WWW-Authenticate` without a valid one, 403 when its
+//!   scopes do not allow the operation. The token's tenant is the only
+//!   tenant a request can reach.
 //! - Shutdown (SIGINT / SIGTERM) stops accepting, lets in-flight requests
 //!   (and so acknowledged writes) finish, then flushes the store.
 
@@ -11,10 +16,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::mcp::{HmgServer, ScopeResolver};
 use crate::relay::SharedMemory;
+use crate::token::{Principal, TokenStore};
 
 /// Why the server cannot start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -38,13 +47,207 @@ pub enum ServeError {
     },
 }
 
-/// Parses and checks `--listen`.
-pub fn listen_address(text: &str) -> Result<SocketAddr, ServeError> {
+/// Largest request body.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Parses and checks `--listen`: a non-loopback address needs tokens.
+pub fn listen_address(text: &str, tokens_configured: bool) -> Result<SocketAddr, ServeError> {
     let address: SocketAddr = text.trim().parse().map_err(|_| ServeError::BadAddress(text.to_owned()))?;
-    if !address.ip().is_loopback() {
+    if !address.ip().is_loopback() && !tokens_configured {
         return Err(ServeError::Unauthenticated(address));
     }
     Ok(address)
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+struct AppState {
+    shared: Arc<SharedMemory>,
+    tokens: Arc<TokenStore>,
+    local_tenant: String,
+}
+
+/// A JSON error response.
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": message.to_string() }))).into_response()
+}
+
+fn metadata_url(headers: &HeaderMap) -> String {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    format!("http://{host}/.well-known/oauth-protected-resource")
+}
+
+fn unauthorized(headers: &HeaderMap, problem: Option<&str>) -> Response {
+    let mut challenge = format!("Bearer realm=\"hmg\", resource_metadata=\"{}\"", metadata_url(headers));
+    if let Some(problem) = problem {
+        challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{problem}\""));
+    }
+    let mut response = error(StatusCode::UNAUTHORIZED, problem.unwrap_or("authentication required: send Authorization: Bearer <token> (create one with hmg token create)"));
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// Bearer authentication: puts the request's [`Principal`] in its extensions.
+async fn authenticate(State(state): State<AppState>, mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path.starts_with("/.well-known/") {
+        return next.run(request).await;
+    }
+    let tokens = Arc::clone(&state.tokens);
+    let presented = match request.headers().get(header::AUTHORIZATION).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(value)) => match value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")) {
+            Some(secret) => Some(secret.trim().to_owned()),
+            None => return unauthorized(request.headers(), Some("the Authorization header must be Bearer <token>")),
+        },
+        Some(Err(_)) => return unauthorized(request.headers(), Some("the Authorization header is not valid text")),
+    };
+    let principal = match presented {
+        Some(secret) => match tokens.authenticate(&secret) {
+            Ok(Some(principal)) => principal,
+            Ok(None) => return unauthorized(request.headers(), Some("unknown or revoked token")),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        },
+        None => match tokens.any_active() {
+            Ok(false) => Principal::local(state.local_tenant.clone()),
+            Ok(true) => return unauthorized(request.headers(), None),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        },
+    };
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// RFC 9728 protected-resource metadata for the MCP endpoint.
+async fn protected_resource(headers: HeaderMap) -> axum::Json<serde_json::Value> {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
+    axum::Json(serde_json::json!({
+        "resource": format!("http://{host}/mcp"),
+        "authorization_servers": [],
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": crate::token::SCOPES,
+        "resource_name": "HMG memory",
+        "resource_documentation": "Create tokens with `hmg token create --scope memory:read --scope memory:write`",
+    }))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct SparqlParams {
+    query: Option<String>,
+    update: Option<String>,
+}
+
+/// `/sparql`: GET `?query=`, POST `application/sparql-query` or a form.
+async fn sparql(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    method: axum::http::Method,
+    headers: HeaderMap,
+    Query(params): Query<SparqlParams>,
+    body: axum::body::Bytes,
+) -> Response {
+    if !principal.read {
+        return error(StatusCode::FORBIDDEN, "insufficient scope: SPARQL needs a token with memory:read");
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let text = if method == axum::http::Method::GET {
+        if params.update.is_some() {
+            return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update);
+        }
+        params.query
+    } else {
+        match content_type.as_str() {
+            "application/sparql-query" => match String::from_utf8(body.to_vec()) {
+                Ok(text) => Some(text),
+                Err(_) => return error(StatusCode::BAD_REQUEST, "the query is not UTF-8"),
+            },
+            "application/x-www-form-urlencoded" => match serde_urlencoded_form(&body) {
+                Ok(form) if form.update.is_some() => return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update),
+                Ok(form) => form.query,
+                Err(message) => return error(StatusCode::BAD_REQUEST, message),
+            },
+            "application/sparql-update" => return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update),
+            other => {
+                return error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("unsupported Content-Type '{other}': send application/sparql-query or application/x-www-form-urlencoded"),
+                );
+            }
+        }
+    };
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "missing query: pass ?query=… or a query body");
+    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let Some(memory) = state.shared.local() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the store is open in another hmg process; SPARQL is served by the process that owns it");
+    };
+    let tenant = principal.tenant.clone();
+    let answer = tokio::task::spawn_blocking(move || crate::sparql::answer(&memory, &tenant, &text, &accept, crate::sparql::DEFAULT_TIMEOUT)).await;
+    use crate::sparql::SparqlError as E;
+    match answer {
+        Ok(Ok(answer)) => ([(header::CONTENT_TYPE, answer.media_type)], answer.body).into_response(),
+        Ok(Err(e @ (E::Syntax(_) | E::Update | E::Evaluation(_)))) => error(StatusCode::BAD_REQUEST, e),
+        Ok(Err(e @ E::TooLarge)) => error(StatusCode::PAYLOAD_TOO_LARGE, e),
+        Ok(Err(e @ E::NotAcceptable(_))) => error(StatusCode::NOT_ACCEPTABLE, e),
+        Ok(Err(e @ E::Timeout(_))) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(join) => {
+            tracing::error!(error = %join, "SPARQL evaluation panicked");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while evaluating the query")
+        }
+    }
+}
+
+fn serde_urlencoded_form(body: &[u8]) -> Result<SparqlParams, String> {
+    let mut params = SparqlParams { query: None, update: None };
+    for (key, value) in url_pairs(body) {
+        match key.as_str() {
+            "query" => params.query = Some(value),
+            "update" => params.update = Some(value),
+            _ => {}
+        }
+    }
+    if params.query.is_none() && params.update.is_none() && !body.is_empty() && !body.contains(&b'=') {
+        return Err("the form body is not name=value pairs".to_owned());
+    }
+    Ok(params)
+}
+
+/// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` a byte).
+fn url_pairs(body: &[u8]) -> Vec<(String, String)> {
+    fn decode(part: &[u8]) -> String {
+        let mut out = Vec::with_capacity(part.len());
+        let mut i = 0;
+        while i < part.len() {
+            let escaped = (part[i] == b'%' && i + 3 <= part.len())
+                .then(|| std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+                .flatten();
+            match (part[i], escaped) {
+                (_, Some(byte)) => {
+                    out.push(byte);
+                    i += 3;
+                }
+                (b'+', None) => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                (byte, None) => {
+                    out.push(byte);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    body.split(|b| *b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.iter().position(|b| *b == b'=') {
+            Some(eq) => (decode(&pair[..eq]), decode(&pair[eq + 1..])),
+            None => (decode(pair), String::new()),
+        })
+        .collect()
 }
 
 async fn healthz() -> axum::Json<serde_json::Value> {
@@ -59,24 +262,36 @@ async fn trace_request(request: axum::extract::Request, next: axum::middleware::
     response
 }
 
-/// The application's routes over `shared`.
-pub fn router(shared: Arc<SharedMemory>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken) -> Router {
-    let resolver = ScopeResolver { tenant: crate::scope::os_user(), directories: Vec::new(), hook_key: None };
-    let server = HmgServer::new(shared, resolver, format!("http:{}", crate::scope::os_user()));
-    let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), "[::1]".to_owned(), address.to_string()];
+/// The application's routes over `shared`, authenticated with `tokens`.
+pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken) -> Router {
+    let local_tenant = crate::scope::os_user();
+    let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
+    let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), "[::1]".to_owned(), address.to_string()];
+    if !address.ip().is_loopback() {
+        // A network deployment is reached by its address or any name; tokens guard it.
+        hosts.clear();
+    }
+    let state = AppState { shared, tokens, local_tenant };
     Router::new()
         .nest_service("/mcp", crate::mcp::http_service(server, hosts, cancel))
+        .route("/sparql", get(sparql).post(sparql))
         .route("/healthz", get(healthz))
+        .route("/.well-known/oauth-protected-resource", get(protected_resource))
+        .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(trace_request))
+        .with_state(state)
 }
 
 /// Serves until SIGINT or SIGTERM; `ready` hears the bound address.
-pub async fn serve(shared: Arc<SharedMemory>, address: SocketAddr, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+pub async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     let io = |source| ServeError::Io { address: address.to_string(), source };
     let listener = tokio::net::TcpListener::bind(address).await.map_err(io)?;
     let bound = listener.local_addr().map_err(io)?;
     let cancel = tokio_util::sync::CancellationToken::new();
-    let app = router(Arc::clone(&shared), bound, cancel.clone());
+    let app = router(Arc::clone(&shared), tokens, bound, cancel.clone());
     ready(bound);
     let stopping = cancel.clone();
     axum::serve(listener, app)

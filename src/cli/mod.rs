@@ -176,6 +176,12 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:7411")]
         listen: String,
     },
+    /// Access tokens for `hmg serve`.
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Agent-host hooks.
     Hook {
         /// Which hook.
@@ -197,6 +203,27 @@ pub enum HookCommand {
     SessionStart,
     /// PreToolUse: allows the call and injects the scope into its input.
     PreToolUse,
+}
+
+/// `hmg token …`: access tokens for the HTTP surfaces.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token for the tenant (`--tenant`, default the OS user); the secret is shown once.
+    Create {
+        /// Granted scope: memory:read, memory:write (repeat or comma-separate).
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// A label.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List tokens (never their secrets).
+    List,
+    /// Revoke a token by id.
+    Revoke {
+        /// Token id (from `hmg token list`).
+        id: String,
+    },
 }
 
 /// `hmg audit …`.
@@ -227,6 +254,9 @@ pub enum CliError {
     /// A hook could not run.
     #[error(transparent)]
     Hook(#[from] crate::hook::HookError),
+    /// Token management failed.
+    #[error(transparent)]
+    Token(#[from] crate::token::TokenError),
 
     /// An input file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -311,6 +341,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             report_bad_input(&message, field.as_deref(), json, out, err)
         }
         Err(error @ CliError::Hook(crate::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(CliError::Token(error @ crate::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
+        Err(error @ CliError::Token(crate::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
     }
 }
@@ -356,6 +388,10 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
         return serve(cli, out);
     }
+    if let Command::Token { command } = &cli.command {
+        let dir = cli.store.clone().or_else(default_store_dir).ok_or(CliError::NoStore)?;
+        return tokens(&dir, command, cli.scope.tenant.clone(), cli.json, out, err);
+    }
     let caller = resolve_caller(&cli.scope);
     // `audit verify` checks every tenant unless one is named with --tenant.
     let explicit_tenant = cli.scope.tenant.clone();
@@ -364,6 +400,48 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let exit = dispatch(cli.command, &memory, &caller, explicit_tenant, json, out, err)?;
     memory.flush()?;
     Ok(exit)
+}
+
+/// `hmg token create|list|revoke` (no store lock needed: tokens live in
+/// their own file, which a running server reloads).
+fn tokens(dir: &std::path::Path, command: &TokenCommand, tenant: Option<String>, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+    let store = crate::token::TokenStore::new(dir);
+    match command {
+        TokenCommand::Create { scopes, name } => {
+            let tenant = tenant.unwrap_or_else(crate::scope::os_user);
+            let (record, secret) = store.create(&tenant, scopes, name.clone())?;
+            if json {
+                write_json(out, &serde_json::json!({ "id": record.id, "tenant": record.tenant, "scopes": record.scopes, "token": secret }))?;
+            } else {
+                writeln!(out, "{secret}")?;
+                writeln!(err, "token {} for tenant {} ({}); shown once, store it now", record.id, record.tenant, record.scopes.join(", "))?;
+            }
+        }
+        TokenCommand::List => {
+            let tokens = store.list()?;
+            if json {
+                let listed: Vec<_> = tokens
+                    .iter()
+                    .map(|t| serde_json::json!({ "id": t.id, "name": t.name, "tenant": t.tenant, "scopes": t.scopes, "created_at": t.created_at, "revoked_at": t.revoked_at }))
+                    .collect();
+                write_json(out, &listed)?;
+            } else {
+                for t in &tokens {
+                    let state = t.revoked_at.as_deref().map_or("active".to_owned(), |at| format!("revoked {at}"));
+                    writeln!(out, "{}  {}  {}  {}  {}", t.id, t.tenant, t.scopes.join(","), state, t.name.as_deref().unwrap_or(""))?;
+                }
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            let record = store.revoke(id)?;
+            if json {
+                write_json(out, &serde_json::json!({ "id": record.id, "revoked_at": record.revoked_at }))?;
+            } else {
+                writeln!(out, "revoked {}", record.id)?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }
 
 /// The long-running and host-facing commands: `mcp`, `serve`, `hook`.
@@ -409,9 +487,10 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
             Ok(Exit::Ok)
         }
         Command::Serve { listen } => {
-            let address = crate::server::listen_address(&listen)?;
+            let tokens = std::sync::Arc::new(crate::token::TokenStore::new(&dir));
+            let address = crate::server::listen_address(&listen, tokens.any_active()?)?;
             let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
-            runtime()?.block_on(crate::server::serve(shared, address, |bound| {
+            runtime()?.block_on(crate::server::serve(shared, tokens, address, |bound| {
                 eprintln!("hmg: serving http://{bound} (MCP at /mcp)");
             }))?;
             Ok(Exit::Ok)
@@ -482,7 +561,7 @@ fn dispatch(
         }
         // `execute` runs evaluations before any store is opened (they use a
         // fresh in-memory one), so they never reach this dispatcher.
-        Command::Eval { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } => Ok(Exit::Ok),
+        Command::Eval { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
             let outcome = memory.correct(&caller, request)?;

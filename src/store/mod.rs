@@ -209,6 +209,24 @@ impl Store {
         }
     }
 
+    /// Evaluates a caller's own read-only query, confined to `tenant`'s
+    /// graph: whatever the query says (FROM, FROM NAMED, GRAPH), its dataset
+    /// is replaced by that one graph before evaluation, and SERVICE calls are
+    /// refused. `cancel` stops a long evaluation.
+    pub fn query_confined(
+        &self,
+        tenant: &str,
+        query: spargebra::Query,
+        cancel: oxigraph::sparql::CancellationToken,
+    ) -> std::result::Result<QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
+        let graph = tenant_graph(tenant);
+        let mut prepared = SparqlEvaluator::new().with_cancellation_token(cancel).for_query(query);
+        prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
+        prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph)]);
+        let store = self.handle();
+        prepared.on_store(&store).execute()
+    }
+
     /// Runs a maintenance query across every graph (the change feed); never
     /// reachable from a caller's request.
     #[doc(hidden)]
