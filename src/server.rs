@@ -65,6 +65,67 @@ struct AppState {
     shared: Arc<SharedMemory>,
     tokens: Arc<TokenStore>,
     local_tenant: String,
+    schema: crate::graphql::HmgSchema,
+}
+
+/// The explorer page (GraphiQL, with its assets served from this server).
+const EXPLORER_PAGE: &str = include_str!("explorer.html");
+/// The explorer's asset files and their media types.
+const EXPLORER_ASSETS: &[(&str, &str)] = &[
+    ("graphiql.min.js", "text/javascript; charset=utf-8"),
+    ("graphiql.min.css", "text/css; charset=utf-8"),
+    ("react.production.min.js", "text/javascript; charset=utf-8"),
+    ("react-dom.production.min.js", "text/javascript; charset=utf-8"),
+];
+
+/// Where the explorer's assets are installed (`scripts/setup.sh`).
+pub fn explorer_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("HMG_EXPLORER_DIR").map(std::path::PathBuf::from).or_else(|| dirs::data_dir().map(|d| d.join("hmg").join("explorer")))
+}
+
+async fn explorer_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(EXPLORER_PAGE)
+}
+
+async fn explorer_asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    let Some((file, media_type)) = EXPLORER_ASSETS.iter().find(|(file, _)| *file == name) else {
+        return error(StatusCode::NOT_FOUND, format!("no explorer asset named '{name}'"));
+    };
+    let Some(dir) = explorer_dir() else {
+        return error(StatusCode::NOT_FOUND, "no data directory for the explorer's assets");
+    };
+    match tokio::fs::read(dir.join(file)).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, *media_type), (header::CACHE_CONTROL, "max-age=3600")], bytes).into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, format!("explorer asset {file} is not installed ({e}); run scripts/setup.sh")),
+    }
+}
+
+/// POST `/graphql`. A request that is not GraphQL over HTTP, or a document
+/// that does not parse or validate, gets 400; field errors keep 200 with
+/// `errors` beside the data.
+async fn graphql(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    request: Result<async_graphql_axum::GraphQLRequest, async_graphql_axum::rejection::GraphQLRejection>,
+) -> Response {
+    let request = match request {
+        Ok(request) => request.into_inner().data(principal),
+        Err(rejection) => {
+            let message = match rejection.0 {
+                async_graphql::ParseRequestError::InvalidRequest(e) => format!("the body is not a GraphQL request (JSON with a \"query\" string): {e}"),
+                async_graphql::ParseRequestError::PayloadTooLarge => "the request body is too large".to_owned(),
+                other => format!("malformed GraphQL request: {other}"),
+            };
+            return error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    let span = tracing::info_span!("graphql", operation = request.operation_name.as_deref().unwrap_or(""));
+    let response = tracing::Instrument::instrument(state.schema.execute(request), span).await;
+    let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
+    let status = if request_error { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let mut http = async_graphql_axum::GraphQLResponse::from(response).into_response();
+    *http.status_mut() = status;
+    http
 }
 
 /// A JSON error response.
@@ -92,7 +153,8 @@ fn unauthorized(headers: &HeaderMap, problem: Option<&str>) -> Response {
 /// Bearer authentication: puts the request's [`Principal`] in its extensions.
 async fn authenticate(State(state): State<AppState>, mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let path = request.uri().path();
-    if path == "/healthz" || path.starts_with("/.well-known/") {
+    let explorer = request.method() == axum::http::Method::GET && (path == "/graphql" || path.starts_with("/graphql/assets/"));
+    if path == "/healthz" || path.starts_with("/.well-known/") || explorer {
         return next.run(request).await;
     }
     let tokens = Arc::clone(&state.tokens);
@@ -272,10 +334,13 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
         // A network deployment is reached by its address or any name; tokens guard it.
         hosts.clear();
     }
-    let state = AppState { shared, tokens, local_tenant };
+    let schema = crate::graphql::schema(Arc::clone(&shared));
+    let state = AppState { shared, tokens, local_tenant, schema };
     Router::new()
         .nest_service("/mcp", crate::mcp::http_service(server, hosts, cancel))
         .route("/sparql", get(sparql).post(sparql))
+        .route("/graphql", get(explorer_page).post(graphql))
+        .route("/graphql/assets/{name}", get(explorer_asset))
         .route("/healthz", get(healthz))
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))

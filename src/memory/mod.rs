@@ -51,7 +51,7 @@ pub use brief::{Brief, BriefOptions, ONBOARDING};
 pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
 pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
 pub use govern::{GovernAction, GovernOutcome, GovernRequest};
-pub use read::{AtomView, AuditView, History, IndexCounts, Stats};
+pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, ScopeView, Stats};
 pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
 
 /// Longest memory (memorize, replace, lesson), in characters.

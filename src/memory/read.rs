@@ -10,7 +10,7 @@ use crate::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
 /// The scope fields as shown on the wire (`ScopeInput` of the seeds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject)]
 pub struct ScopeView {
     /// Tenant.
     pub tenant_id: String,
@@ -23,7 +23,7 @@ pub struct ScopeView {
 }
 
 /// An atom as every surface shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject)]
 pub struct AtomView {
     /// ULID.
     pub atom_id: String,
@@ -86,7 +86,7 @@ impl From<&Atom> for AtomView {
 }
 
 /// An audit entry as shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject)]
 pub struct AuditView {
     /// Entry id.
     pub audit_id: String,
@@ -140,7 +140,7 @@ impl From<&AuditEntry> for AuditView {
 }
 
 /// An atom's whole evolution chain and audit trail.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject)]
 pub struct History {
     /// The atom asked about.
     pub atom_id: String,
@@ -154,8 +154,67 @@ pub struct History {
     pub audit: Vec<AuditView>,
 }
 
+/// What `list_atoms` keeps; every field narrows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AtomFilter {
+    /// Workspace.
+    pub workspace: Option<String>,
+    /// Repository.
+    pub repository: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+    /// Only tenant-wide atoms (no workspace, no repository).
+    pub tenant_wide: bool,
+    /// Kind (`fact`, `handoff`, …).
+    pub kind: Option<String>,
+    /// Status (`active`, `negated`, …).
+    pub status: Option<String>,
+    /// Epistemic (`actual`, `necessary`, `possible`).
+    pub epistemic: Option<String>,
+    /// Polarity (`affirmative`, `negative`, `conditional`).
+    pub polarity: Option<String>,
+    /// Created at or after.
+    pub created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Created before.
+    pub created_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Case-insensitive substring of the visible content.
+    pub text: Option<String>,
+}
+
+/// One page of atoms, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AtomPage {
+    /// The atoms.
+    pub atoms: Vec<AtomView>,
+    /// Pass as `after` for the next page (`None` on the last page).
+    pub next_cursor: Option<String>,
+    /// Atoms matching the filter in all pages.
+    pub total: usize,
+}
+
+/// Largest page.
+pub const MAX_PAGE: usize = 200;
+
+impl AtomFilter {
+    fn keeps(&self, atom: &Atom) -> bool {
+        let same = |want: &Option<String>, have: &Option<String>| want.as_ref().is_none_or(|w| have.as_deref() == Some(w.as_str()));
+        let text = self.text.as_ref().map(|t| t.to_lowercase());
+        same(&self.workspace, &atom.scope.workspace)
+            && same(&self.repository, &atom.scope.repository)
+            && same(&self.branch, &atom.scope.branch)
+            && (!self.tenant_wide || atom.scope.is_tenant_wide())
+            && self.kind.as_ref().is_none_or(|k| atom.kind.as_str() == k)
+            && self.status.as_ref().is_none_or(|k| atom.status.as_str() == k)
+            && self.epistemic.as_ref().is_none_or(|k| atom.epistemic.as_str() == k)
+            && self.polarity.as_ref().is_none_or(|k| atom.polarity.as_str() == k)
+            && self.created_after.is_none_or(|t| atom.created_at >= t)
+            && self.created_before.is_none_or(|t| atom.created_at < t)
+            && text.is_none_or(|t| atom.visible_content().to_lowercase().contains(&t))
+    }
+}
+
 /// Per-index coverage counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct IndexCounts {
     /// Atoms with a vector in the semantic index.
     pub semantic: u64,
@@ -168,7 +227,7 @@ pub struct IndexCounts {
 }
 
 /// Output of `memory_stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct Stats {
     /// Atoms of the caller's tenant (every status).
     pub atoms: u64,
@@ -191,6 +250,40 @@ fn count(solution: &oxigraph::sparql::QuerySolution, name: &str) -> Result<u64> 
 }
 
 impl Memory {
+    /// The caller's tenant's atoms matching `filter`, newest first, `first`
+    /// at most (up to [`MAX_PAGE`]) after the cursor `after` (an atom id).
+    #[tracing::instrument(skip(self, filter), fields(tenant = %caller.scope.tenant_id))]
+    pub fn list_atoms(&self, caller: &Caller, filter: &AtomFilter, after: Option<&str>, first: usize) -> Result<AtomPage> {
+        let tenant = &caller.scope.tenant_id;
+        if first == 0 || first > MAX_PAGE {
+            return Err(MemoryError::invalid("first", format!("must be between 1 and {MAX_PAGE}")));
+        }
+        let after = after.map(|a| parse_atom_id(a).map_err(|e| MemoryError::invalid("after", format!("not a cursor from a previous page: {e}")))).transpose()?;
+        let mut ids: Vec<AtomId> =
+            self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut atoms = Vec::new();
+        let mut total = 0;
+        let mut more = false;
+        let mut scopes = std::collections::HashMap::new();
+        for id in ids {
+            let Some(atom) = super::load_atom_cached(&self.store, tenant, id, true, &mut scopes)? else { continue };
+            if !filter.keeps(&atom) {
+                continue;
+            }
+            total += 1;
+            if after.is_none_or(|cursor| id < cursor) {
+                if atoms.len() < first {
+                    atoms.push(AtomView::from(&atom));
+                } else {
+                    more = true;
+                }
+            }
+        }
+        let next_cursor = if more { atoms.last().map(|a| a.atom_id.clone()) } else { None };
+        Ok(AtomPage { atoms, next_cursor, total })
+    }
+
     /// `memory_stats` for the caller's tenant.
     #[tracing::instrument(skip(self), fields(tenant = %caller.scope.tenant_id))]
     pub fn stats(&self, caller: &Caller) -> Result<Stats> {

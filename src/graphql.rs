@@ -1,0 +1,421 @@
+//! GraphQL for humans inspecting memory (`/graphql` in `hmg serve`): atoms
+//! with filters and cursor pagination, one atom with its evolution chain,
+//! derived lessons and audit entries, entities, scopes, stats, recall with
+//! `explain`, and mutations mirroring the MCP tools.
+//!
+//! **Invariants:**
+//! - Every resolver acts in the request's [`Principal`]'s tenant; a scope
+//!   argument can only narrow within it. Reads need `memory:read`, mutations
+//!   `memory:write` (error code `FORBIDDEN`).
+//! - Errors carry `extensions.code`: `BAD_USER_INPUT`, `NOT_FOUND`,
+//!   `FORBIDDEN`, `UNAVAILABLE` or `INTERNAL`.
+//! - Depth (12) and complexity (2,000) are limited; the SDL is checked in as
+//!   `schema/schema.graphql` and a test fails when it drifts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_graphql::{Context, EmptySubscription, ErrorExtensions, InputObject, Object, Schema, SimpleObject};
+
+use crate::memory::{AtomFilter, AtomView, Caller, History, Memory, MemoryError, Stats};
+use crate::relay::SharedMemory;
+use crate::scope::Scope;
+use crate::token::Principal;
+
+/// The schema type.
+pub type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+
+/// Builds the schema over `shared`.
+pub fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription).data(shared).limit_depth(12).limit_complexity(2_000).finish()
+}
+
+/// The schema in SDL (what `schema/schema.graphql` holds).
+pub fn sdl() -> String {
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl()
+}
+
+fn coded(message: impl Into<String>, code: &'static str) -> async_graphql::Error {
+    async_graphql::Error::new(message.into()).extend_with(|_, e| e.set("code", code))
+}
+
+fn memory_error(error: MemoryError) -> async_graphql::Error {
+    match &error {
+        MemoryError::InvalidInput { field, .. } => {
+            let field = *field;
+            async_graphql::Error::new(error.to_string()).extend_with(|_, e| {
+                e.set("code", "BAD_USER_INPUT");
+                e.set("field", field);
+            })
+        }
+        MemoryError::AtomNotFound(_) => coded(error.to_string(), "NOT_FOUND"),
+        MemoryError::Scope(_) => coded(error.to_string(), "BAD_USER_INPUT"),
+        _ => {
+            tracing::error!(%error, "GraphQL resolver failed");
+            coded(error.to_string(), "INTERNAL")
+        }
+    }
+}
+
+/// Narrowing scope for recall and writes (the tenant comes from the token).
+#[derive(Debug, Clone, Default, InputObject)]
+pub struct ScopeArg {
+    /// Workspace (git remote owner).
+    pub workspace: Option<String>,
+    /// Repository.
+    pub repository: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+}
+
+/// Filters of `atoms`.
+#[derive(Debug, Clone, Default, InputObject)]
+pub struct AtomFilterInput {
+    /// Workspace.
+    pub workspace: Option<String>,
+    /// Repository.
+    pub repository: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+    /// Only tenant-wide atoms.
+    #[graphql(default)]
+    pub tenant_wide: bool,
+    /// fact / handoff / lesson / episode / reflection.
+    pub kind: Option<String>,
+    /// active / negated / superseded / quarantined / sealed / tombstoned.
+    pub status: Option<String>,
+    /// actual / necessary / possible.
+    pub epistemic: Option<String>,
+    /// affirmative / negative / conditional.
+    pub polarity: Option<String>,
+    /// Created at or after (RFC 3339).
+    pub created_after: Option<String>,
+    /// Created before (RFC 3339).
+    pub created_before: Option<String>,
+    /// Case-insensitive substring of the content.
+    pub text: Option<String>,
+}
+
+fn time(field: &'static str, value: Option<String>) -> Result<Option<chrono::DateTime<chrono::Utc>>, async_graphql::Error> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v.trim())
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| memory_error(MemoryError::InvalidInput { field, message: format!("'{v}' is not an RFC 3339 time: {e}") }))
+        })
+        .transpose()
+}
+
+/// A page of atoms.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct AtomConnection {
+    /// Newest first.
+    pub nodes: Vec<AtomView>,
+    /// Cursor for `after` (null on the last page).
+    pub end_cursor: Option<String>,
+    /// Whether another page follows.
+    pub has_next_page: bool,
+    /// Atoms matching the filter in all pages.
+    pub total_count: usize,
+}
+
+/// An entity and the atoms that mention it.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct EntityCount {
+    /// Entity name as written.
+    pub name: String,
+    /// How many atoms mention it.
+    pub atom_count: usize,
+    /// Those atoms' ids, newest first.
+    pub atom_ids: Vec<String>,
+}
+
+/// A scope in use and its atom count.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct ScopeCount {
+    /// Workspace.
+    pub workspace: Option<String>,
+    /// Repository.
+    pub repository: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+    /// Atoms written there.
+    pub atom_count: usize,
+}
+
+/// One recall result.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct RecallHit {
+    /// Atom id.
+    pub atom_id: String,
+    /// Content.
+    pub content: String,
+    /// 0–1.
+    pub score: f64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Attribution.
+    pub source: String,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: String,
+    /// Each stage's contribution (with `explain: true`).
+    pub explain: Option<async_graphql::Json<crate::recall::Explain>>,
+}
+
+/// A mutation's outcome (fields of the matching MCP tool).
+#[derive(Debug, Clone, SimpleObject)]
+pub struct WriteOutcome {
+    /// applied / no_op / rejected.
+    pub effect: String,
+    /// The atom written (memorize, handoff) or found (no_op).
+    pub atom_id: Option<String>,
+    /// The atom acted on (correct, govern).
+    pub target_atom: Option<String>,
+    /// The replacement (correct replace).
+    pub new_atom_id: Option<String>,
+    /// The lesson (govern derive_lesson).
+    pub lesson_atom_id: Option<String>,
+    /// The existing duplicate (memorize no_op).
+    pub deduped_with: Option<String>,
+    /// Why (not on applied).
+    pub reason: Option<String>,
+    /// Kinds of secret removed before storing.
+    pub redactions: Vec<String>,
+}
+
+impl WriteOutcome {
+    fn from_json(value: serde_json::Value) -> WriteOutcome {
+        let text = |name: &str| value.get(name).and_then(serde_json::Value::as_str).map(str::to_owned);
+        WriteOutcome {
+            effect: text("effect").unwrap_or_default(),
+            atom_id: text("atom_id"),
+            target_atom: text("target_atom"),
+            new_atom_id: text("new_atom_id"),
+            lesson_atom_id: text("lesson_atom_id"),
+            deduped_with: text("deduped_with"),
+            reason: text("reason"),
+            redactions: value.get("redactions").and_then(|r| serde_json::from_value(r.clone()).ok()).unwrap_or_default(),
+        }
+    }
+}
+
+/// The request's principal and the local store, checked for `write`.
+fn access(ctx: &Context<'_>, write: bool) -> Result<(Principal, Arc<Memory>), async_graphql::Error> {
+    let principal = ctx.data_opt::<Principal>().cloned().ok_or_else(|| coded("unauthenticated", "FORBIDDEN"))?;
+    if write && !principal.write {
+        return Err(coded("insufficient scope: mutations need a token with memory:write", "FORBIDDEN"));
+    }
+    if !write && !principal.read {
+        return Err(coded("insufficient scope: queries need a token with memory:read", "FORBIDDEN"));
+    }
+    let shared = ctx.data::<Arc<SharedMemory>>()?;
+    let memory = shared.local().ok_or_else(|| coded("the store is open in another hmg process; GraphQL is served by the process that owns it", "UNAVAILABLE"))?;
+    Ok((principal, memory))
+}
+
+fn caller(principal: &Principal, scope: Option<ScopeArg>) -> Caller {
+    let scope = scope.unwrap_or_default();
+    Caller::new(
+        Scope { tenant_id: principal.tenant.clone(), workspace: scope.workspace, repository: scope.repository, branch: scope.branch },
+        principal.actor("graphql"),
+    )
+}
+
+/// Runs blocking facade work off the async workers.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static) -> Result<T, async_graphql::Error> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        tracing::error!(error = %e, "GraphQL resolver panicked");
+        coded("internal error", "INTERNAL")
+    })?
+}
+
+/// Queries.
+#[derive(Debug, Default)]
+pub struct QueryRoot;
+
+#[Object]
+impl QueryRoot {
+    /// Atoms of your tenant, newest first, filtered, `first` per page (at most 200).
+    async fn atoms(&self, ctx: &Context<'_>, filter: Option<AtomFilterInput>, #[graphql(default = 20)] first: i32, after: Option<String>) -> async_graphql::Result<AtomConnection> {
+        let (principal, memory) = access(ctx, false)?;
+        let f = filter.unwrap_or_default();
+        let filter = AtomFilter {
+            created_after: time("created_after", f.created_after)?,
+            created_before: time("created_before", f.created_before)?,
+            workspace: f.workspace,
+            repository: f.repository,
+            branch: f.branch,
+            tenant_wide: f.tenant_wide,
+            kind: f.kind,
+            status: f.status,
+            epistemic: f.epistemic,
+            polarity: f.polarity,
+            text: f.text,
+        };
+        let first = usize::try_from(first).map_err(|_| memory_error(MemoryError::InvalidInput { field: "first", message: "must be positive".to_owned() }))?;
+        blocking(move || {
+            let page = memory.list_atoms(&caller(&principal, None), &filter, after.as_deref(), first).map_err(memory_error)?;
+            Ok(AtomConnection { has_next_page: page.next_cursor.is_some(), end_cursor: page.next_cursor, total_count: page.total, nodes: page.atoms })
+        })
+        .await
+    }
+
+    /// One atom with its whole evolution chain (both directions), derived lessons and audit entries.
+    async fn atom(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<History> {
+        let (principal, memory) = access(ctx, false)?;
+        blocking(move || memory.history(&caller(&principal, None), &id).map_err(memory_error)).await
+    }
+
+    /// Entities and the atoms mentioning them, most mentioned first.
+    async fn entities(&self, ctx: &Context<'_>, #[graphql(default = 50)] first: i32) -> async_graphql::Result<Vec<EntityCount>> {
+        let (principal, memory) = access(ctx, false)?;
+        let first = usize::try_from(first).unwrap_or(0).min(500);
+        blocking(move || {
+            let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for atom in all_atoms(&memory, &principal)? {
+                for entity in atom.entities {
+                    by_name.entry(entity).or_default().push(atom.atom_id.clone());
+                }
+            }
+            let mut entities: Vec<EntityCount> = by_name.into_iter().map(|(name, atom_ids)| EntityCount { name, atom_count: atom_ids.len(), atom_ids }).collect();
+            entities.sort_by(|a, b| b.atom_count.cmp(&a.atom_count).then(a.name.cmp(&b.name)));
+            entities.truncate(first);
+            Ok(entities)
+        })
+        .await
+    }
+
+    /// Scopes your tenant's atoms were written in.
+    async fn scopes(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<ScopeCount>> {
+        let (principal, memory) = access(ctx, false)?;
+        blocking(move || {
+            let mut counts: BTreeMap<(Option<String>, Option<String>, Option<String>), usize> = BTreeMap::new();
+            for atom in all_atoms(&memory, &principal)? {
+                *counts.entry((atom.scope.workspace, atom.scope.repository, atom.scope.branch)).or_default() += 1;
+            }
+            Ok(counts.into_iter().map(|((workspace, repository, branch), atom_count)| ScopeCount { workspace, repository, branch, atom_count }).collect())
+        })
+        .await
+    }
+
+    /// memory_stats.
+    async fn stats(&self, ctx: &Context<'_>) -> async_graphql::Result<Stats> {
+        let (principal, memory) = access(ctx, false)?;
+        blocking(move || memory.stats(&caller(&principal, None)).map_err(memory_error)).await
+    }
+
+    /// memory_recall, with each stage's contribution when `explain` is set.
+    async fn recall(
+        &self,
+        ctx: &Context<'_>,
+        query: String,
+        #[graphql(default = 10)] max_results: i32,
+        #[graphql(default = false)] include_negated: bool,
+        #[graphql(default = false)] explain: bool,
+        scope: Option<ScopeArg>,
+    ) -> async_graphql::Result<Vec<RecallHit>> {
+        let (principal, memory) = access(ctx, false)?;
+        let max_results = usize::try_from(max_results).unwrap_or(0);
+        blocking(move || {
+            let request = crate::RecallRequest { query, max_results, include_negated, explain };
+            let outcome = memory.recall(&caller(&principal, scope), request).map_err(memory_error)?;
+            Ok(outcome
+                .atoms
+                .into_iter()
+                .map(|a| RecallHit {
+                    atom_id: a.atom_id,
+                    content: a.content,
+                    score: f64::from(a.score),
+                    created_at: a.created_at,
+                    source: a.source,
+                    kind: a.kind,
+                    status: a.status,
+                    explain: a.explain.map(async_graphql::Json),
+                })
+                .collect())
+        })
+        .await
+    }
+}
+
+fn all_atoms(memory: &Memory, principal: &Principal) -> Result<Vec<AtomView>, async_graphql::Error> {
+    let caller = caller(principal, None);
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = memory.list_atoms(&caller, &AtomFilter::default(), after.as_deref(), crate::memory::MAX_PAGE).map_err(memory_error)?;
+        out.extend(page.atoms);
+        match page.next_cursor {
+            Some(cursor) => after = Some(cursor),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Mutations: the MCP tools.
+#[derive(Debug, Default)]
+pub struct MutationRoot;
+
+async fn write(ctx: &Context<'_>, scope: Option<ScopeArg>, call: crate::tools::ToolCall) -> async_graphql::Result<WriteOutcome> {
+    let (principal, memory) = access(ctx, true)?;
+    let caller = caller(&principal, scope);
+    blocking(move || match call.run(&memory, &caller) {
+        Ok(value) => Ok(WriteOutcome::from_json(value)),
+        Err(crate::tools::ToolError::Invalid { field, message }) => Err(async_graphql::Error::new(message).extend_with(|_, e| {
+            e.set("code", "BAD_USER_INPUT");
+            if let Some(field) = &field {
+                e.set("field", field.as_str());
+            }
+        })),
+        Err(other) => Err(coded(other.to_string(), "INTERNAL")),
+    })
+    .await
+}
+
+fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> async_graphql::Result<T> {
+    crate::tools::decode(value).map_err(|e| coded(e.to_string(), "BAD_USER_INPUT"))
+}
+
+#[Object]
+impl MutationRoot {
+    /// memory_memorize.
+    async fn memorize(&self, ctx: &Context<'_>, content: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
+        let args = decode(serde_json::json!({ "content": content, "source": source }))?;
+        write(ctx, scope, crate::tools::ToolCall::Memorize(args)).await
+    }
+
+    /// memory_correct: negate, confirm_actual, confirm_necessary, demote, replace.
+    async fn correct(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, new_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
+        let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "new_content": new_content }))?;
+        write(ctx, None, crate::tools::ToolCall::Correct(args)).await
+    }
+
+    /// memory_govern: quarantine, restore, seal, tombstone, derive_lesson.
+    async fn govern(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, lesson_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
+        let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "lesson_content": lesson_content }))?;
+        write(ctx, None, crate::tools::ToolCall::Govern(args)).await
+    }
+
+    /// memory_handoff.
+    async fn handoff(&self, ctx: &Context<'_>, summary: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
+        let args = decode(serde_json::json!({ "summary": summary, "source": source }))?;
+        write(ctx, scope, crate::tools::ToolCall::Handoff(args)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in SDL matches the code; `HMG_UPDATE_SDL=1` rewrites it.
+    #[test]
+    fn the_checked_in_sdl_matches_the_code() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/schema.graphql");
+        let sdl = super::sdl();
+        if std::env::var_os("HMG_UPDATE_SDL").is_some() {
+            std::fs::write(&path, &sdl).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(checked_in == sdl, "schema/schema.graphql is out of date: run HMG_UPDATE_SDL=1 cargo test --release --features e5 --lib sdl");
+    }
+}
