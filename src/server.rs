@@ -122,7 +122,16 @@ async fn graphql(
     let span = tracing::info_span!("graphql", operation = request.operation_name.as_deref().unwrap_or(""));
     let response = tracing::Instrument::instrument(state.schema.execute(request), span).await;
     let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
-    let status = if request_error { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let forbidden = response.errors.iter().any(|e| {
+        e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from("FORBIDDEN"))
+    });
+    let status = if forbidden {
+        StatusCode::FORBIDDEN
+    } else if request_error {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let mut http = async_graphql_axum::GraphQLResponse::from(response).into_response();
     *http.status_mut() = status;
     http

@@ -168,6 +168,14 @@ pub enum Command {
         #[arg(long)]
         tune: Vec<String>,
     },
+    /// Run a read-only SPARQL query (a file, or - for stdin) against the local store, confined to the tenant.
+    Sparql {
+        /// Query file, or `-` for standard input.
+        file: PathBuf,
+        /// Result format: json, xml, csv, tsv (graphs: turtle, ntriples).
+        #[arg(long, default_value = "json")]
+        format: String,
+    },
     /// Serve the memory tools over MCP on stdin/stdout (for agent hosts).
     Mcp,
     /// Serve HTTP: `/mcp` (streamable HTTP MCP) and `/healthz`.
@@ -675,6 +683,34 @@ fn dispatch(
             }
             writeln!(err, "imported {} lines: {} applied, {} no_op, {} rejected", report.lines, report.applied, report.no_op, report.rejected)?;
             Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
+        }
+        Command::Sparql { file, format } => {
+            let text = if file.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+                text
+            } else {
+                std::fs::read_to_string(&file).map_err(|source| CliError::Input { path: file.clone(), source })?
+            };
+            let accept = match format.as_str() {
+                "json" => "application/sparql-results+json",
+                "xml" => "application/sparql-results+xml",
+                "csv" => "text/csv",
+                "tsv" => "text/tab-separated-values",
+                "turtle" => "text/turtle",
+                "ntriples" => "application/n-triples",
+                other => return Err(MemoryError::invalid("format", format!("unknown format '{other}'; expected json, xml, csv, tsv, turtle or ntriples")).into()),
+            };
+            match crate::sparql::answer(memory, &caller.scope.tenant_id, &text, accept, crate::sparql::DEFAULT_TIMEOUT) {
+                Ok(answer) => {
+                    out.write_all(&answer.body)?;
+                    Ok(Exit::Ok)
+                }
+                Err(error @ crate::sparql::SparqlError::NotAcceptable(_)) => {
+                    Err(MemoryError::invalid("format", format!("{error}: a SELECT/ASK query takes json, xml, csv or tsv; CONSTRUCT/DESCRIBE take turtle or ntriples")).into())
+                }
+                Err(error) => report_bad_input(&error.to_string(), None, json, out, err),
+            }
         }
         Command::Brief { max_chars } => {
             let brief = memory.brief(&caller, BriefOptions { max_chars, ..BriefOptions::default() })?;

@@ -8,6 +8,7 @@ mod correct;
 mod crash;
 mod export;
 mod govern;
+mod http;
 mod mcp;
 mod memorize;
 mod queries;

@@ -18,7 +18,7 @@ fn hmg_bin() -> &'static str {
     env!("CARGO_BIN_EXE_hmg")
 }
 
-fn client_tool(var: &str) -> PathBuf {
+pub(crate) fn client_tool(var: &str) -> PathBuf {
     let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} is not set: run the suite with scripts/test.sh, which installs the MCP clients"));
     assert!(path.exists(), "{var}={} does not exist: run scripts/test.sh", path.display());
     path
@@ -32,7 +32,7 @@ fn python(args: &[&str]) -> Output {
     Command::new(client_tool("HMG_TEST_PYTHON")).arg(session_script()).args(args).env("USER", USER).output().expect("python runs")
 }
 
-fn assert_success(output: &Output, what: &str) {
+pub(crate) fn assert_success(output: &Output, what: &str) {
     assert!(
         output.status.success(),
         "{what} failed ({:?})\nstdout:\n{}\nstderr:\n{}",
@@ -43,13 +43,13 @@ fn assert_success(output: &Output, what: &str) {
 }
 
 /// `hmg serve` on a free loopback port; killed on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Served {
-    fn start(store: &Path) -> Served {
+    pub(crate) fn start(store: &Path) -> Served {
         let mut child = Command::new(hmg_bin())
             .args(["--store"])
             .arg(store)
@@ -73,7 +73,7 @@ impl Served {
     }
 
     /// SIGTERM, then waits: the graceful shutdown path.
-    fn stop(mut self) -> std::process::ExitStatus {
+    pub(crate) fn stop(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let status = self.child.wait().expect("hmg serve exits");
         std::mem::forget(self);
