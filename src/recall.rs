@@ -59,6 +59,11 @@ pub struct RecallConfig {
     pub segment_weight: f32,
     /// Most recent parts embedded on their own (default 4).
     pub max_segments: usize,
+    /// Weight of a second semantic search with the query moved towards the
+    /// best results so far (pseudo-relevance feedback; default 0, off).
+    pub feedback_weight: f32,
+    /// How many of the best results move the query (default 3).
+    pub feedback_docs: usize,
     /// How many top candidates seed graph expansion (default 10).
     pub expansion_seeds: usize,
     /// Score multiplier per hop (default 0.45: conversation turns next to a
@@ -99,6 +104,8 @@ impl Default for RecallConfig {
             specialist_weight: 1.0,
             segment_weight: 1.5,
             max_segments: 4,
+            feedback_weight: 0.0,
+            feedback_docs: 3,
             expansion_seeds: 10,
             hop_decay: 0.45,
             entity_hop_weight: 0.3,
@@ -128,6 +135,8 @@ impl RecallConfig {
             "specialist" => self.specialist_weight = number()?,
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
+            "feedback" => self.feedback_weight = number()?,
+            "feedback_docs" => self.feedback_docs = count()?,
             "hop" => self.hop_decay = number()?,
             "entity_hop" => self.entity_hop_weight = number()?,
             "rrf_k" => self.rrf_k = number()?,
@@ -145,7 +154,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -297,15 +306,18 @@ impl Memory {
         let query_language = crate::text::detect_language(query);
         // One list per model that understands the query's language.
         let mut semantic_lists: Vec<(f32, Vec<(AtomId, f32)>)> = Vec::new();
-        for s in indexes.semantic() {
+        let mut query_vectors: Vec<(usize, Vec<f32>)> = Vec::new();
+        for (model, s) in indexes.semantic().iter().enumerate() {
             if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
                 continue;
             }
             match s.embed_query(query) {
-                Ok(vector) => semantic_lists.push((
-                    if s.embedder.languages().is_some() { config.specialist_weight.max(0.0) } else { 1.0 },
-                    s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?,
-                )),
+                Ok(vector) => {
+                    let hits = s.vectors.search(tenant, &repo_keys, statuses, &vector, config.candidates).map_err(crate::indexes::IndexError::from)?;
+                    let weight = if s.embedder.languages().is_some() { config.specialist_weight.max(0.0) } else { 1.0 };
+                    semantic_lists.push((weight, hits));
+                    query_vectors.push((model, vector));
+                }
                 Err(error) => tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it"),
             }
         }
@@ -421,6 +433,39 @@ impl Memory {
                     let c = candidates.entry(neighbour.atom_id).or_default();
                     c.score += amount;
                     c.explain.graph.push((seed.to_string(), neighbour.via, amount));
+                }
+            }
+        }
+
+        // Pseudo-relevance feedback: the query moved towards the best
+        // results so far finds memories like them (another part of a
+        // multi-part answer) that the query alone ranks low.
+        if config.feedback_weight > 0.0 && !query_vectors.is_empty() {
+            let mut best: Vec<(AtomId, f32)> = candidates.iter().map(|(id, c)| (*id, c.score)).collect();
+            best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            best.truncate(config.feedback_docs.max(1));
+            let share = semantic_weight * config.feedback_weight / query_vectors.len() as f32 / max_possible;
+            for (model, query_vector) in &query_vectors {
+                let Some(s) = indexes.semantic().get(*model) else { continue };
+                let mut moved = query_vector.clone();
+                let mut used = 0;
+                for (id, _) in &best {
+                    if let Some(v) = s.vectors.vector_of(*id, tenant) {
+                        for (m, x) in moved.iter_mut().zip(&v) {
+                            *m += x / best.len() as f32;
+                        }
+                        used += 1;
+                    }
+                }
+                if used == 0 {
+                    continue;
+                }
+                crate::embed::normalize(&mut moved);
+                let hits = s.vectors.search(tenant, &repo_keys, statuses, &moved, config.candidates).map_err(crate::indexes::IndexError::from)?;
+                let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
+                let spread = (high - low).max(f32::EPSILON);
+                for (id, cosine) in hits {
+                    candidates.entry(id).or_default().score += share * (cosine - low) / spread;
                 }
             }
         }

@@ -223,6 +223,11 @@ impl VectorIndex {
         inner.applied_version = inner.applied_version.max(version);
     }
 
+    /// The atom's vector, if it has one in `tenant`.
+    pub fn vector_of(&self, atom_id: AtomId, tenant: &str) -> Option<Vec<f32>> {
+        self.read().entries.get(&key_of(atom_id)).filter(|e| e.atom_id == atom_id && e.tenant == tenant).map(|e| e.vector.clone())
+    }
+
     /// Whether the atom has a vector.
     pub fn contains(&self, atom_id: AtomId) -> bool {
         self.read().entries.contains_key(&key_of(atom_id))
