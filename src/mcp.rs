@@ -114,21 +114,7 @@ impl ScopeResolver {
 fn file_uri_path(uri: &str) -> Option<PathBuf> {
     let path = uri.strip_prefix("file://")?;
     let path = path.strip_prefix("localhost").unwrap_or(path);
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Ok(byte) = u8::from_str_radix(path.get(i + 1..i + 3).unwrap_or(""), 16)
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
+    let out = crate::server::percent_decode(path.as_bytes(), false);
     Some(PathBuf::from(String::from_utf8(out).ok()?))
 }
 

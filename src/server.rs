@@ -286,32 +286,32 @@ fn serde_urlencoded_form(body: &[u8]) -> Result<SparqlParams, String> {
     Ok(params)
 }
 
+/// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in
+/// forms); a `%` not followed by two hex digits stays as it is.
+pub(crate) fn percent_decode(part: &[u8], plus_is_space: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(part.len());
+    let mut i = 0;
+    while i < part.len() {
+        let escaped = (part[i] == b'%' && i + 3 <= part.len())
+            .then(|| std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .flatten();
+        match (part[i], escaped) {
+            (_, Some(byte)) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (b'+', None) if plus_is_space => out.push(b' '),
+            (byte, None) => out.push(byte),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` a byte).
 fn url_pairs(body: &[u8]) -> Vec<(String, String)> {
-    fn decode(part: &[u8]) -> String {
-        let mut out = Vec::with_capacity(part.len());
-        let mut i = 0;
-        while i < part.len() {
-            let escaped = (part[i] == b'%' && i + 3 <= part.len())
-                .then(|| std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
-                .flatten();
-            match (part[i], escaped) {
-                (_, Some(byte)) => {
-                    out.push(byte);
-                    i += 3;
-                }
-                (b'+', None) => {
-                    out.push(b' ');
-                    i += 1;
-                }
-                (byte, None) => {
-                    out.push(byte);
-                    i += 1;
-                }
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
+    let decode = |part: &[u8]| String::from_utf8_lossy(&percent_decode(part, true)).into_owned();
     body.split(|b| *b == b'&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| match pair.iter().position(|b| *b == b'=') {
