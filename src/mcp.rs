@@ -85,29 +85,25 @@ impl ScopeResolver {
         ScopeResolver { tenant: crate::scope::os_user(), directories, hook_key }
     }
 
-    /// The scope for a call of `tenant` that carried `injected`, with the
-    /// client's `roots` as the last resort.
-    pub fn resolve(&self, tenant: &str, injected: Option<&ScopeInput>, roots: &[PathBuf]) -> Scope {
+    /// The scope for a call of `tenant` that carried `injected`, from the
+    /// hook's proof or this server's directories; `None` when neither gives
+    /// a repository (then the client's roots are consulted).
+    pub fn resolve(&self, tenant: &str, injected: Option<&ScopeInput>) -> Option<Scope> {
         if let (Some(key), Some(input)) = (&self.hook_key, injected)
             && let Some(scope) = crate::hook::verified(key, input)
         {
-            return Scope { tenant_id: tenant.to_owned(), ..scope };
+            return Some(Scope { tenant_id: tenant.to_owned(), ..scope });
         }
         if injected.is_some() {
             tracing::debug!("ignoring a scope without a valid hook proof");
         }
-        self.directories
-            .iter()
-            .chain(roots)
-            .map(|dir| crate::scope::infer_scope(tenant, dir))
-            .find(|scope| scope.repository.is_some())
-            .unwrap_or_else(|| Scope::tenant(tenant))
+        in_repository(tenant, &self.directories)
     }
+}
 
-    /// Whether the roots could matter (no directory of ours is a repository).
-    fn needs_roots(&self) -> bool {
-        !self.directories.iter().any(|dir| crate::scope::git_facts(dir).top_level.is_some())
-    }
+/// The scope of the first directory inside a git repository.
+fn in_repository(tenant: &str, directories: &[PathBuf]) -> Option<Scope> {
+    directories.iter().map(|dir| crate::scope::infer_scope(tenant, dir)).find(|scope| scope.repository.is_some())
 }
 
 /// Decodes `%XX` escapes of a `file://` URI path.
@@ -242,12 +238,10 @@ impl HmgServer {
             }
             None => (self.resolver.tenant.clone(), self.actor.clone()),
         };
-        let roots = if call.scope().is_some_and(|s| self.resolver.hook_key.as_ref().is_some_and(|k| crate::hook::verified(k, s).is_some())) {
-            Vec::new()
-        } else {
-            self.roots(context).await
+        let scope = match self.resolver.resolve(&tenant, call.scope()) {
+            Some(scope) => scope,
+            None => in_repository(&tenant, &self.roots(context).await).unwrap_or_else(|| Scope::tenant(tenant.clone())),
         };
-        let scope = self.resolver.resolve(&tenant, call.scope(), &roots);
         let caller = Caller::new(scope, actor);
         let span = tracing::info_span!("mcp_call", tool = call.name(), scope = %caller.scope.display());
         let shared = Arc::clone(&self.shared);
@@ -271,9 +265,6 @@ impl HmgServer {
     /// protocol generation still send them.
     #[allow(deprecated)]
     async fn roots(&self, context: &RequestContext<RoleServer>) -> Vec<PathBuf> {
-        if !self.resolver.needs_roots() {
-            return Vec::new();
-        }
         self.roots
             .get_or_init(|| async {
                 let supported = context.peer.peer_info().is_some_and(|info| info.capabilities.roots.is_some());
@@ -347,9 +338,9 @@ mod tests {
         let key = b"0123456789abcdef0123456789abcdef".to_vec();
         let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };
         let forged = ScopeInput { tenant_id: Some("bob".to_owned()), repository: Some("secret".to_owned()), ..ScopeInput::default() };
-        assert_eq!(resolver.resolve("alice", Some(&forged), &[]), Scope::tenant("alice"));
+        assert_eq!(resolver.resolve("alice", Some(&forged)), None, "falls through to roots, then tenant-wide");
         let hooked = crate::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
-        assert_eq!(resolver.resolve("alice", Some(&hooked), &[]), Scope::tenant("alice").with_workspace("acme").with_repository("api"));
+        assert_eq!(resolver.resolve("alice", Some(&hooked)), Some(Scope::tenant("alice").with_workspace("acme").with_repository("api")));
     }
 
     #[test]
