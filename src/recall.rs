@@ -220,7 +220,7 @@ impl RecallRequest {
 }
 
 /// One stage's view of a result.
-#[derive(Debug, Clone, PartialEq, Serialize, Default, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default, schemars::JsonSchema, serde::Deserialize)]
 pub struct Explain {
     /// Rank and BM25 score in the keyword list.
     pub keyword: Option<(usize, f32)>,
@@ -237,7 +237,7 @@ pub struct Explain {
 }
 
 /// One recalled memory (the seeds' fields first).
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct RecalledAtom {
     /// Atom id.
     pub atom_id: String,
@@ -261,7 +261,7 @@ pub struct RecalledAtom {
 }
 
 /// Output of `memory_recall`.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct RecallOutcome {
     /// Best first.
     pub atoms: Vec<RecalledAtom>,

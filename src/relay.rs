@@ -123,6 +123,11 @@ impl SharedMemory {
         Ok(shared)
     }
 
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Whether this process has the store open.
     pub fn is_owner(&self) -> bool {
         self.owner.lock().map(|o| o.is_some()).unwrap_or(false)

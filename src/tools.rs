@@ -105,6 +105,9 @@ pub struct RecallArgs {
     /// Also return negated memories (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_negated: Option<bool>,
+    /// Return each retrieval stage's contribution per result (default false; for diagnosis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<bool>,
     /// Injected by the hook; do not send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<ScopeInput>,
@@ -399,6 +402,7 @@ impl ToolCall {
                 let request = RecallRequest {
                     max_results: a.max_results.map_or(10, |n| n as usize),
                     include_negated: a.include_negated.unwrap_or(false),
+                    explain: a.explain.unwrap_or(false),
                     ..RecallRequest::new(a.query)
                 };
                 serde_json::to_value(memory.recall(caller, request)?)

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use crate::memory::{BriefOptions, ExportFormat};
-use crate::{Caller, CorrectRequest, Effect, GovernRequest, HandoffRequest, Kind, MemorizeRequest, Memory, MemoryError};
+use crate::{Caller, CorrectRequest, Effect, GovernRequest, HandoffRequest, Kind, MemorizeRequest, MemoryError};
 
 /// HMG: local, auditable long-term memory for AI agents.
 #[derive(Debug, Parser)]
@@ -265,6 +265,15 @@ pub enum CliError {
     /// Token management failed.
     #[error(transparent)]
     Token(#[from] crate::token::TokenError),
+    /// A tool relayed to the store's owner failed.
+    #[error(transparent)]
+    Tool(#[from] crate::tools::ToolError),
+    /// The command needs the store in this process, and another has it.
+    #[error(
+        "the store at {} is open in another hmg process (an MCP server or hmg serve); memorize, recall, correct, govern, handoff, stats and brief go through it, but this command needs the store itself: stop that process and retry",
+        .0.display()
+    )]
+    InUse(PathBuf),
 
     /// An input file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -349,6 +358,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             report_bad_input(&message, field.as_deref(), json, out, err)
         }
         Err(error @ CliError::Hook(crate::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => report_bad_input(&message, field.as_deref(), json, out, err),
         Err(CliError::Token(error @ crate::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
         Err(error @ CliError::Token(crate::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
@@ -363,11 +373,6 @@ fn report_bad_input(message: &str, field: Option<&str>, json: bool, out: &mut dy
     }
     writeln!(err, "error: {message}")?;
     Ok(Exit::Rejected)
-}
-
-fn open(cli_store: Option<PathBuf>) -> Result<Memory, CliError> {
-    let dir = cli_store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
-    Ok(Memory::open(&dir)?)
 }
 
 fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
@@ -404,9 +409,10 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     // `audit verify` checks every tenant unless one is named with --tenant.
     let explicit_tenant = cli.scope.tenant.clone();
     let json = cli.json;
-    let memory = open(cli.store)?;
-    let exit = dispatch(cli.command, &memory, &caller, explicit_tenant, json, out, err)?;
-    memory.flush()?;
+    let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
+    let shared = crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+    let exit = dispatch(cli.command, &shared, &caller, explicit_tenant, json, out, err)?;
+    shared.flush()?;
     Ok(exit)
 }
 
@@ -507,9 +513,17 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
     }
 }
 
+/// Runs a tool through the process that holds the store (this CLI could
+/// not open it) and reads its output back as the facade's type.
+fn relayed<T: serde::de::DeserializeOwned>(shared: &crate::relay::SharedMemory, caller: &Caller, tool: &str, arguments: serde_json::Value) -> Result<T, CliError> {
+    let call = crate::tools::ToolCall::decode(tool, arguments)?;
+    let value = shared.call(call, caller)?;
+    serde_json::from_value(value).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(format!("unexpected answer from the store's owner: {e}"))))
+}
+
 fn dispatch(
     command: Command,
-    memory: &Memory,
+    shared: &crate::relay::SharedMemory,
     caller: &Caller,
     explicit_tenant: Option<String>,
     json: bool,
@@ -517,10 +531,20 @@ fn dispatch(
     err: &mut dyn Write,
 ) -> Result<Exit, CliError> {
     let caller = caller.clone();
+    // The tool commands run here when this process holds the store, else
+    // through the process that does (an MCP server, hmg serve); the others
+    // need the store here.
+    let local = shared.local();
+    let in_use = || CliError::InUse(shared.dir().to_path_buf());
+    let memory_here = || local.as_deref().ok_or_else(in_use);
     match command {
         Command::Memorize { content, source, kind } => {
             let kind: Kind = kind.parse().map_err(|e: crate::atom::UnknownValue| MemoryError::invalid("kind", e.to_string()))?;
-            let outcome = memory.memorize(&caller, MemorizeRequest::new(content).with_source(source).with_kind(kind))?;
+            let outcome: crate::MemorizeOutcome = match (&local, kind) {
+                (Some(memory), kind) => memory.memorize(&caller, MemorizeRequest::new(content).with_source(source).with_kind(kind))?,
+                (None, Kind::Fact) => relayed(shared, &caller, "memory_memorize", serde_json::json!({ "content": content, "source": source }))?,
+                (None, _) => return Err(in_use()),
+            };
             if json {
                 write_json(out, &outcome)?;
             } else {
@@ -536,8 +560,10 @@ fn dispatch(
             Ok(exit_for(outcome.effect))
         }
         Command::Recall { query, max_results, include_negated, explain } => {
-            let request = crate::RecallRequest { query, max_results, include_negated, explain };
-            let outcome = memory.recall(&caller, request)?;
+            let outcome: crate::RecallOutcome = match &local {
+                Some(memory) => memory.recall(&caller, crate::RecallRequest { query, max_results, include_negated, explain })?,
+                None => relayed(shared, &caller, "memory_recall", serde_json::json!({ "query": query, "max_results": max_results, "include_negated": include_negated, "explain": explain }))?,
+            };
             if json {
                 write_json(out, &outcome)?;
             } else {
@@ -557,6 +583,7 @@ fn dispatch(
             Ok(Exit::Ok)
         }
         Command::Reindex => {
+            let memory = memory_here()?;
             let started = std::time::Instant::now();
             memory.reindex(&mut |stage, done, total| {
                 if done == total || done % 1000 < 64 {
@@ -571,8 +598,10 @@ fn dispatch(
         // fresh in-memory one), so they never reach this dispatcher.
         Command::Eval { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
-            let request = CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content };
-            let outcome = memory.correct(&caller, request)?;
+            let outcome: crate::CorrectOutcome = match &local {
+                Some(memory) => memory.correct(&caller, CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content })?,
+                None => relayed(shared, &caller, "memory_correct", serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "new_content": new_content }))?,
+            };
             if json {
                 write_json(out, &outcome)?;
             } else {
@@ -585,8 +614,10 @@ fn dispatch(
             Ok(exit_for(outcome.effect))
         }
         Command::Govern { atom, action, reason, lesson_content } => {
-            let request = GovernRequest { target_atom: atom, action: action.parse()?, reason, lesson_content };
-            let outcome = memory.govern(&caller, request)?;
+            let outcome: crate::GovernOutcome = match &local {
+                Some(memory) => memory.govern(&caller, GovernRequest { target_atom: atom, action: action.parse()?, reason, lesson_content })?,
+                None => relayed(shared, &caller, "memory_govern", serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "lesson_content": lesson_content }))?,
+            };
             if json {
                 write_json(out, &outcome)?;
             } else {
@@ -599,7 +630,10 @@ fn dispatch(
             Ok(exit_for(outcome.effect))
         }
         Command::Handoff { summary, source } => {
-            let outcome = memory.handoff(&caller, HandoffRequest { summary, source: Some(source) })?;
+            let outcome: crate::HandoffOutcome = match &local {
+                Some(memory) => memory.handoff(&caller, HandoffRequest { summary, source: Some(source) })?,
+                None => relayed(shared, &caller, "memory_handoff", serde_json::json!({ "summary": summary, "source": source }))?,
+            };
             if json {
                 write_json(out, &outcome)?;
             } else {
@@ -611,7 +645,10 @@ fn dispatch(
             Ok(exit_for(outcome.effect))
         }
         Command::Stats => {
-            let stats = memory.stats(&caller)?;
+            let stats: crate::Stats = match &local {
+                Some(memory) => memory.stats(&caller)?,
+                None => relayed(shared, &caller, "memory_stats", serde_json::json!({}))?,
+            };
             if json {
                 write_json(out, &stats)?;
             } else {
@@ -622,6 +659,7 @@ fn dispatch(
             Ok(Exit::Ok)
         }
         Command::History { atom } => {
+            let memory = memory_here()?;
             let history = memory.history(&caller, &atom)?;
             if json {
                 write_json(out, &history)?;
@@ -642,6 +680,7 @@ fn dispatch(
             Ok(Exit::Ok)
         }
         Command::Export { format, all, output } => {
+            let memory = memory_here()?;
             let format: ExportFormat = format.parse()?;
             let count = match output {
                 Some(path) => {
@@ -657,6 +696,7 @@ fn dispatch(
             Ok(Exit::Ok)
         }
         Command::Import { file } => {
+            let memory = memory_here()?;
             let reader: Box<dyn std::io::BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::BufReader::new(std::io::stdin()))
             } else {
@@ -685,6 +725,7 @@ fn dispatch(
             Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
         }
         Command::Sparql { file, format } => {
+            let memory = memory_here()?;
             let text = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
@@ -713,7 +754,10 @@ fn dispatch(
             }
         }
         Command::Brief { max_chars } => {
-            let brief = memory.brief(&caller, BriefOptions { max_chars, ..BriefOptions::default() })?;
+            let brief: crate::Brief = match &local {
+                Some(memory) => memory.brief(&caller, BriefOptions { max_chars, ..BriefOptions::default() })?,
+                None => relayed(shared, &caller, "agent_brief", serde_json::json!({ "max_chars": max_chars }))?,
+            };
             if json {
                 write_json(out, &brief)?;
             } else {
@@ -722,6 +766,7 @@ fn dispatch(
             Ok(Exit::Ok)
         }
         Command::Audit { command: AuditCommand::Verify } => {
+            let memory = memory_here()?;
             let results = memory.verify_audit(explicit_tenant.as_deref())?;
             let ok = results.iter().all(|r| r.first_broken.is_none());
             if json {

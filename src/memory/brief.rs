@@ -27,7 +27,7 @@ impl Default for BriefOptions {
 }
 
 /// A session brief.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Brief {
     /// Markdown text, at most `max_chars` characters.
     pub text: String,

@@ -74,7 +74,7 @@ pub struct CorrectRequest {
 }
 
 /// Output of `memory_correct`.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct CorrectOutcome {
     /// applied / rejected.
     pub effect: Effect,

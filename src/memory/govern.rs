@@ -72,7 +72,7 @@ pub struct GovernRequest {
 }
 
 /// Output of `memory_govern`.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct GovernOutcome {
     /// applied / rejected.
     pub effect: Effect,

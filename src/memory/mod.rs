@@ -122,7 +122,7 @@ impl Caller {
 }
 
 /// What a write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// Written.

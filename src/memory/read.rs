@@ -10,7 +10,7 @@ use crate::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
 /// The scope fields as shown on the wire (`ScopeInput` of the seeds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject, serde::Deserialize)]
 pub struct ScopeView {
     /// Tenant.
     pub tenant_id: String,
@@ -23,7 +23,7 @@ pub struct ScopeView {
 }
 
 /// An atom as every surface shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject, serde::Deserialize)]
 pub struct AtomView {
     /// ULID.
     pub atom_id: String,
@@ -214,7 +214,7 @@ impl AtomFilter {
 }
 
 /// Per-index coverage counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject, serde::Deserialize)]
 pub struct IndexCounts {
     /// Atoms with a vector in the semantic index.
     pub semantic: u64,
@@ -227,7 +227,7 @@ pub struct IndexCounts {
 }
 
 /// Output of `memory_stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject, serde::Deserialize)]
 pub struct Stats {
     /// Atoms of the caller's tenant (every status).
     pub atoms: u64,

@@ -60,7 +60,7 @@ impl MemorizeRequest {
 }
 
 /// Output of `memory_memorize` (field names as in the seeds).
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct MemorizeOutcome {
     /// The new atom, or the existing one on `no_op`; `null` when rejected.
     pub atom_id: Option<String>,
@@ -73,7 +73,7 @@ pub struct MemorizeOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deduped_with: Option<String>,
     /// Kinds of secret removed before storing, if any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redactions: Vec<String>,
 }
 
@@ -100,7 +100,7 @@ impl HandoffRequest {
 }
 
 /// Output of `memory_handoff`.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct HandoffOutcome {
     /// The handoff atom (`null` when rejected).
     pub atom_id: Option<String>,
@@ -110,7 +110,7 @@ pub struct HandoffOutcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Kinds of secret removed before storing, if any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redactions: Vec<String>,
 }
 

@@ -277,3 +277,32 @@ fn serve_refuses_network_addresses_without_tokens() {
     let out = crate::cli::hmg(&store, tmp.path(), &["serve", "--listen", "not-an-address"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn cli_tool_commands_go_through_the_process_that_holds_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fake_repo(tmp.path(), "acme", "relayed", "main");
+    let store = tmp.path().join("store");
+    let served = Served::start(&store);
+    let out = crate::cli::hmg(&store, &repo, &["memorize", "寿司の予約は金曜日の19時", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stored: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stored["effect"], "applied");
+    let out = crate::cli::hmg(&store, &repo, &["recall", "寿司の予約", "--json", "--explain"]);
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits["atoms"][0]["atom_id"], stored["atom_id"], "{hits}");
+    assert!(hits["atoms"][0]["explain"].is_object(), "{hits}");
+    let out = crate::cli::hmg(&store, &repo, &["correct", stored["atom_id"].as_str().unwrap(), "undo", "--reason", "r", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "a bad action is still the caller's error");
+    let out = crate::cli::hmg(&store, &repo, &["stats"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("atoms: 1"), "{}", String::from_utf8_lossy(&out.stdout));
+    // Commands that need the store itself say so.
+    let out = crate::cli::hmg(&store, &repo, &["export"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("open in another hmg process"), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(served);
+    // Once the server is gone, the CLI opens the store itself.
+    let out = crate::cli::hmg(&store, &repo, &["export"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("寿司の予約"));
+}
