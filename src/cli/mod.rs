@@ -505,7 +505,7 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
             let address = crate::server::listen_address(&listen, tokens.any_active()?)?;
             let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
             runtime()?.block_on(crate::server::serve(shared, tokens, address, |bound| {
-                eprintln!("hmg: serving http://{bound} (MCP at /mcp)");
+                eprintln!("hmg: serving http://{bound} (MCP at /mcp, GraphQL and its explorer at /graphql, SPARQL at /sparql)");
             }))?;
             Ok(Exit::Ok)
         }
