@@ -22,6 +22,7 @@ pub mod audit;
 pub mod cli;
 pub mod embed;
 pub mod eval;
+pub mod extract;
 pub mod graph;
 pub mod graphql;
 pub mod hook;
