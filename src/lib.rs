@@ -45,7 +45,7 @@ pub mod vocab;
 pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
     AtomView, AuditView, Brief, BriefOptions, Caller, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
-    ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport,
+    ExportFormat, GovernAction, GovernOutcome, GovernRequest, MergeEvent, MergeResult, HandoffOutcome, HandoffRequest, History, ImportReport,
     ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, Stats,
 };
 pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};

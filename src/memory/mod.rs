@@ -29,6 +29,7 @@ mod brief;
 mod correct;
 mod export;
 mod govern;
+mod merge;
 mod read;
 mod write;
 
@@ -51,6 +52,7 @@ pub use brief::{Brief, BriefOptions, ONBOARDING};
 pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
 pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
 pub use govern::{GovernAction, GovernOutcome, GovernRequest};
+pub use merge::{MergeEvent, MergeResult};
 pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, ScopeView, Stats};
 pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
 

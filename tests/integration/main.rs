@@ -11,6 +11,7 @@ mod govern;
 mod http;
 mod mcp;
 mod memorize;
+mod merge;
 mod queries;
 mod recall;
 mod redaction;
