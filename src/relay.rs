@@ -60,7 +60,11 @@ struct Owner {
     memory: Arc<Memory>,
     socket: PathBuf,
     stop: Arc<AtomicBool>,
+    listener: Option<std::thread::JoinHandle<()>>,
 }
+
+/// How long closing waits for relayed calls still running.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 
 impl Drop for Owner {
     fn drop(&mut self) {
@@ -68,7 +72,18 @@ impl Drop for Owner {
         // Wake the accept loop so it sees the flag, then remove the socket
         // before the store's lock is released (when `memory` drops).
         let _ = UnixStream::connect(&self.socket);
+        if let Some(listener) = self.listener.take() {
+            let _ = listener.join();
+        }
         let _ = std::fs::remove_file(&self.socket);
+        // Relayed calls still running hold the store: let them finish, so
+        // the store closes here, on this thread, and never under a process
+        // that is already exiting (that raced RocksDB's teardown and killed
+        // `hmg` with a signal about one run in thirty).
+        let started = Instant::now();
+        while Arc::strong_count(&self.memory) > 1 && started.elapsed() < CLOSE_DEADLINE {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         if let Err(error) = self.memory.flush() {
             tracing::warn!(%error, "flushing the store on exit failed");
         }
@@ -153,12 +168,12 @@ impl SharedMemory {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Arc::clone(&memory);
         let stopping = Arc::clone(&stop);
-        std::thread::Builder::new()
+        let listener = std::thread::Builder::new()
             .name("hmg-relay".to_owned())
             .spawn(move || serve(listener, serving, stopping))
             .map_err(|e| io_error(&socket, e))?;
         tracing::info!(socket = %socket.display(), "store opened; serving other processes");
-        *owner = Some(Owner { memory, socket, stop });
+        *owner = Some(Owner { memory, socket, stop, listener: Some(listener) });
         Ok(())
     }
 
