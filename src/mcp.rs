@@ -245,16 +245,18 @@ impl HmgServer {
         let caller = Caller::new(scope, actor);
         let span = tracing::info_span!("mcp_call", tool = call.name(), scope = %caller.scope.display());
         let shared = Arc::clone(&self.shared);
-        let _entered = span.enter();
-        match tokio::task::spawn_blocking(move || shared.call(call, &caller)).await {
+        // The span travels with the blocking work; an entered guard must not
+        // be held across the await (it would tag other tasks on this thread).
+        let work = span.clone();
+        match tokio::task::spawn_blocking(move || work.in_scope(|| shared.call(call, &caller))).await {
             Ok(Ok(value)) => Ok(Json(value)),
             Ok(Err(error @ ToolError::Internal(_))) => {
-                tracing::error!(%error, "tool failed");
+                span.in_scope(|| tracing::error!(%error, "tool failed"));
                 Err(error.to_string())
             }
             Ok(Err(error)) => Err(error.to_string()),
             Err(join) => {
-                tracing::error!(error = %join, "tool panicked");
+                span.in_scope(|| tracing::error!(error = %join, "tool panicked"));
                 Err("internal error: the tool failed unexpectedly; nothing was acknowledged".to_owned())
             }
         }

@@ -234,7 +234,7 @@ async fn sparql(
                 Ok(text) => Some(text),
                 Err(_) => return error(StatusCode::BAD_REQUEST, "the query is not UTF-8"),
             },
-            "application/x-www-form-urlencoded" => match serde_urlencoded_form(&body) {
+            "application/x-www-form-urlencoded" => match form_params(&body) {
                 Ok(form) if form.update.is_some() => return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update),
                 Ok(form) => form.query,
                 Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -271,7 +271,7 @@ async fn sparql(
     }
 }
 
-fn serde_urlencoded_form(body: &[u8]) -> Result<SparqlParams, String> {
+fn form_params(body: &[u8]) -> Result<SparqlParams, String> {
     let mut params = SparqlParams { query: None, update: None };
     for (key, value) in url_pairs(body) {
         match key.as_str() {

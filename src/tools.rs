@@ -240,7 +240,7 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> {
         let inner = error.into_inner().to_string();
         // serde names a missing or unknown field in its message, not its path.
         let field = if path == "." {
-            backticked(&inner).or(None)
+            backticked(&inner)
         } else {
             Some(path)
         };

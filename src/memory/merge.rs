@@ -82,6 +82,7 @@ impl Memory {
     fn merge_fact(&self, caller: &Caller, fact: &str, source: &str) -> Result<MergeResult> {
         let fact_terms = subject_terms(fact);
         let negative = crate::text::infer_polarity(fact) == Polarity::Negative;
+        let fact_predicate = predicate(fact);
         let similar = self.recall(caller, RecallRequest { max_results: 5, ..RecallRequest::new(fact) })?;
         for hit in &similar.atoms {
             let hit_terms = subject_terms(&hit.content);
@@ -97,7 +98,7 @@ impl Memory {
                     return Ok(MergeResult { id: Some(hit.atom_id.clone()), memory: hit.content.clone(), event: MergeEvent::Delete, previous_memory: None, reason: None });
                 }
             }
-            let same_predicate = predicate(fact).is_some_and(|p| predicate(&hit.content).as_deref() == Some(p.as_str()));
+            let same_predicate = fact_predicate.is_some() && predicate(&hit.content) == fact_predicate;
             // Cosines are no help here (the multilingual model puts most
             // pairs near 0.8): the same predicate about overlapping terms is.
             if same_predicate && negative == hit_negative && overlap >= 0.3 {
