@@ -189,6 +189,12 @@ pub struct Atom {
     pub derived_from: Vec<AtomId>,
     /// Optional session the atom came from.
     pub session_id: Option<String>,
+    /// Optional time after which reflect expires it.
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Usage: the last time a recall returned it.
+    pub last_recalled_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Usage: how many recalls returned it.
+    pub recall_count: u64,
 }
 
 impl Atom {

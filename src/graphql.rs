@@ -319,7 +319,7 @@ impl QueryRoot {
         let (principal, memory) = access(ctx, false)?;
         let max_results = usize::try_from(max_results).unwrap_or(0);
         blocking(move || {
-            let request = crate::RecallRequest { query, max_results, include_negated, explain };
+            let request = crate::RecallRequest { max_results, include_negated, explain, ..crate::RecallRequest::new(query) };
             let outcome = memory.recall(&caller(&principal, scope), request).map_err(memory_error)?;
             Ok(outcome
                 .atoms

@@ -208,14 +208,14 @@ impl Indexes {
     }
 
     /// Updates every index for atoms touched by the write that committed as
-    /// `version`. `vector` is a precomputed embedding for one of them.
-    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vector: Option<(AtomId, Vec<Option<Vec<f32>>>)>) -> Result<(), IndexError> {
-        let mut vector = vector;
+    /// `version`. `vectors` are precomputed embeddings for some of them.
+    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)>) -> Result<(), IndexError> {
+        let mut vectors = vectors;
         for id in atoms {
             let atom = load(store, tenant, *id)?;
-            let precomputed = match &vector {
-                Some((vid, _)) if vid == id => vector.take().map(|(_, v)| v).unwrap_or_default(),
-                _ => Vec::new(),
+            let precomputed = match vectors.iter().position(|(vid, _)| vid == id) {
+                Some(at) => vectors.swap_remove(at).1,
+                None => Vec::new(),
             };
             match atom {
                 Some(atom) => self.index_atom(&atom, version, precomputed)?,

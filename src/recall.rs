@@ -205,6 +205,15 @@ pub struct RecallRequest {
     pub include_negated: bool,
     /// Return each stage's contribution.
     pub explain: bool,
+    /// Only atoms of exactly the caller's scope: same workspace and
+    /// repository (no tenant-wide atoms, unless the caller is tenant-wide),
+    /// and the caller's branch when it has one. The REST API's filter
+    /// semantics; default false (SPEC visibility rules).
+    pub strict_scope: bool,
+    /// Record on each returned atom that it was recalled (`lastRecalledAt`,
+    /// `recallCount`; reflect's decay and archive read them). Default true;
+    /// internal look-ups (merge) turn it off.
+    pub record: bool,
 }
 
 /// Largest `max_results`.
@@ -215,7 +224,7 @@ pub const MAX_QUERY_CHARS: usize = 2_000;
 impl RecallRequest {
     /// A recall with defaults.
     pub fn new(query: impl Into<String>) -> RecallRequest {
-        RecallRequest { query: query.into(), max_results: 10, include_negated: false, explain: false }
+        RecallRequest { query: query.into(), max_results: 10, include_negated: false, explain: false, strict_scope: false, record: true }
     }
 }
 
@@ -293,7 +302,10 @@ impl Memory {
         }
         let config = &self.recall_config;
         let tenant = scope.tenant_id.as_str();
-        let mut repo_keys = vec![String::new()];
+        let mut repo_keys = Vec::with_capacity(2);
+        if !request.strict_scope || scope.is_tenant_wide() {
+            repo_keys.push(String::new());
+        }
         if !scope.is_tenant_wide() {
             repo_keys.push(repo_key(&scope));
         }
@@ -495,7 +507,7 @@ impl Memory {
             let Some(atom) = crate::memory::load_atom_cached(self.store(), tenant, id, false, &mut scopes)? else { continue };
             let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
             let visibility = scope.sees(&atom.scope);
-            if !allowed || visibility == Visibility::Hidden {
+            if !allowed || visibility == Visibility::Hidden || (request.strict_scope && !scope.holds_exactly(&atom.scope)) {
                 continue;
             }
             let mut boost = match atom.epistemic {
@@ -521,6 +533,13 @@ impl Memory {
         results.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.id.cmp(&b.0.id)));
         results.truncate(request.max_results);
         tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
+        if request.record && !results.is_empty() {
+            let ids: Vec<AtomId> = results.iter().map(|(atom, _)| atom.id).collect();
+            if let Err(error) = self.record_recalls(tenant, &ids) {
+                // Usage stamps are bookkeeping: a failure must not fail the recall.
+                tracing::warn!(%error, "could not record recall usage");
+            }
+        }
         let atoms = results
             .into_iter()
             .map(|(atom, candidate)| RecalledAtom {

@@ -122,6 +122,13 @@ impl Scope {
             && self.repository == other.repository
     }
 
+    /// Whether `atom_scope` is exactly this scope: same tenant, workspace and
+    /// repository, and the same branch when `self` names one (the REST API's
+    /// filter: `user_id`, `agent_id`, `run_id` all match).
+    pub fn holds_exactly(&self, atom_scope: &Scope) -> bool {
+        self.same_repository(atom_scope) && self.branch.as_ref().is_none_or(|b| atom_scope.branch.as_ref() == Some(b))
+    }
+
     /// How an atom written in `atom_scope` appears to a reader in `self`.
     pub fn sees(&self, atom_scope: &Scope) -> Visibility {
         if self.tenant_id != atom_scope.tenant_id {

@@ -65,6 +65,12 @@ pub mod hmg {
         CREATED_AT = "createdAt";
         /// Originating session.
         SESSION_ID = "sessionId";
+        /// Time after which reflect expires the atom.
+        EXPIRES_AT = "expiresAt";
+        /// Last time a recall returned the atom (usage, not audited).
+        LAST_RECALLED_AT = "lastRecalledAt";
+        /// How many recalls returned the atom (usage, not audited).
+        RECALL_COUNT = "recallCount";
         /// Atom → scope.
         IN_SCOPE = "inScope";
         /// Atom → entity.

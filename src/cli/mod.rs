@@ -561,7 +561,7 @@ fn dispatch(
         }
         Command::Recall { query, max_results, include_negated, explain } => {
             let outcome: crate::RecallOutcome = match &local {
-                Some(memory) => memory.recall(&caller, crate::RecallRequest { query, max_results, include_negated, explain })?,
+                Some(memory) => memory.recall(&caller, crate::RecallRequest { max_results, include_negated, explain, ..crate::RecallRequest::new(query) })?,
                 None => relayed(shared, &caller, "memory_recall", serde_json::json!({ "query": query, "max_results": max_results, "include_negated": include_negated, "explain": explain }))?,
             };
             if json {

@@ -79,6 +79,9 @@ pub struct ExportRecord {
     /// Session.
     #[serde(default)]
     pub session_id: Option<String>,
+    /// RFC 3339 time after which reflect expires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 impl From<&Atom> for ExportRecord {
@@ -101,6 +104,7 @@ impl From<&Atom> for ExportRecord {
             supersedes: atom.supersedes.map(|id| id.to_string()),
             derived_from: atom.derived_from.iter().map(ToString::to_string).collect(),
             session_id: atom.session_id.clone(),
+            expires_at: atom.expires_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         }
     }
 }
@@ -291,6 +295,9 @@ impl Memory {
             supersedes: record.supersedes.as_deref().map(|s| parse_id("supersedes", s)).transpose()?,
             derived_from: record.derived_from.iter().map(|s| parse_id("derived_from", s)).collect::<Result<_>>()?,
             session_id: record.session_id,
+            expires_at: record.expires_at.as_deref().map(|t| parse_time("expires_at", t)).transpose()?,
+            last_recalled_at: None,
+            recall_count: 0,
             content,
         };
         let entities = atom.content.as_deref().map(text::extract_entities).unwrap_or_default();

@@ -83,7 +83,7 @@ impl Memory {
         let fact_terms = subject_terms(fact);
         let negative = crate::text::infer_polarity(fact) == Polarity::Negative;
         let fact_predicate = predicate(fact);
-        let similar = self.recall(caller, RecallRequest { max_results: 5, ..RecallRequest::new(fact) })?;
+        let similar = self.recall(caller, RecallRequest { max_results: 5, strict_scope: true, record: false, ..RecallRequest::new(fact) })?;
         for hit in &similar.atoms {
             let hit_terms = subject_terms(&hit.content);
             let overlap = jaccard(&fact_terms, &hit_terms);

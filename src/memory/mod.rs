@@ -89,6 +89,9 @@ pub enum MemoryError {
     /// A derived index failed.
     #[error(transparent)]
     Index(#[from] crate::indexes::IndexError),
+    /// The data changed between reading and writing; nothing was written.
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 impl MemoryError {
@@ -308,6 +311,26 @@ impl Memory {
     }
 }
 
+impl Memory {
+    /// Stamps atoms returned by a recall: `lastRecalledAt` = now and
+    /// `recallCount` + 1. Usage bookkeeping, not a change of memory: no audit
+    /// entry.
+    pub(crate) fn record_recalls(&self, tenant: &str, ids: &[AtomId]) -> Result<()> {
+        let graph_node = store::tenant_graph(tenant);
+        let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+        let now = crate::audit::datetime_literal(Memory::now());
+        self.store.write(|tx| {
+            for id in ids {
+                let iri = store::atom_iri(*id);
+                let count = tx.object(iri.as_ref(), hmg::RECALL_COUNT, graph)?.as_ref().and_then(literal_value).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+                tx.set(iri.as_ref(), hmg::LAST_RECALLED_AT, &Term::Literal(now.clone()), graph)?;
+                tx.set(iri.as_ref(), hmg::RECALL_COUNT, &Term::Literal(Literal::from(count + 1)), graph)?;
+            }
+            Ok::<_, MemoryError>(())
+        })
+    }
+}
+
 /// Checks and cleans a reason (required, redacted, bounded).
 pub(crate) fn clean_reason(reason: &str) -> Result<String> {
     let reason = reason.trim();
@@ -369,6 +392,9 @@ pub(crate) fn insert_atom(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::E
     tx.insert(QuadRef::new(&iri, hmg::CREATED_AT, &crate::audit::datetime_literal(atom.created_at), graph));
     if let Some(session) = &atom.session_id {
         tx.insert(QuadRef::new(&iri, hmg::SESSION_ID, &Literal::from(session.as_str()), graph));
+    }
+    if let Some(expires_at) = atom.expires_at {
+        tx.insert(QuadRef::new(&iri, hmg::EXPIRES_AT, &crate::audit::datetime_literal(expires_at), graph));
     }
     tx.insert(QuadRef::new(&iri, hmg::IN_SCOPE, &scope_iri, graph));
     tx.insert(QuadRef::new(&scope_iri, RDF_TYPE, hmg::SCOPE, graph));
@@ -461,6 +487,9 @@ pub(crate) fn load_atom_cached(
     let mut supersedes = None;
     let mut derived_from = Vec::new();
     let mut session_id = None;
+    let mut expires_at = None;
+    let mut last_recalled_at = None;
+    let mut recall_count = 0;
     for quad in &quads {
         let p = quad.predicate.as_ref();
         let o = &quad.object;
@@ -488,6 +517,12 @@ pub(crate) fn load_atom_cached(
             created_at = crate::audit::parse_datetime(o);
         } else if p == hmg::SESSION_ID {
             session_id = literal_value(o).map(str::to_owned);
+        } else if p == hmg::EXPIRES_AT {
+            expires_at = crate::audit::parse_datetime(o);
+        } else if p == hmg::LAST_RECALLED_AT {
+            last_recalled_at = crate::audit::parse_datetime(o);
+        } else if p == hmg::RECALL_COUNT {
+            recall_count = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0);
         } else if p == hmg::IN_SCOPE {
             if let Term::NamedNode(n) = o {
                 scope_node = Some(n.clone());
@@ -548,12 +583,16 @@ pub(crate) fn load_atom_cached(
         supersedes,
         derived_from,
         session_id,
+        expires_at,
+        last_recalled_at,
+        recall_count,
     }))
 }
 
 /// One mutation: what happens to an existing atom and/or which atom is
 /// created. [`Memory::apply`] writes it and its audit entry in one
-/// transaction; every write of the facade goes through it.
+/// transaction; every write of the facade goes through it (or through
+/// [`Memory::apply_all`], several in one transaction).
 pub(crate) struct Mutation<'a> {
     /// Audit action (`memorize`, `correct.replace`, …).
     pub(crate) action: String,
@@ -565,6 +604,8 @@ pub(crate) struct Mutation<'a> {
     pub(crate) new_status: Option<Status>,
     /// Its new epistemic.
     pub(crate) new_epistemic: Option<Epistemic>,
+    /// Its new importance.
+    pub(crate) new_importance: Option<f64>,
     /// Destroy its content (tombstone).
     pub(crate) destroy_content: bool,
     /// The atom created, with its entities.
@@ -579,82 +620,139 @@ impl<'a> Mutation<'a> {
             target: None,
             new_status: None,
             new_epistemic: None,
+            new_importance: None,
             destroy_content: false,
             created: None,
         }
     }
 }
 
+/// Stops [`Memory::apply_all`] before its `n`-th mutation with an error, so
+/// tests can show that a failed batch commits nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct FailAfter(pub(crate) Option<usize>);
+
 impl Memory {
     /// Writes `mutation` and its audit entry in one transaction.
     pub(crate) fn apply(&self, caller: &Caller, mutation: Mutation<'_>) -> Result<()> {
+        self.apply_all(caller, vec![mutation], FailAfter::default()).map(|_| ())
+    }
+
+    /// Writes every mutation, each with its audit entry, in one transaction:
+    /// all of them commit or none. A target whose status changed since the
+    /// caller read it fails the whole batch (nothing is written on a stale
+    /// plan). Returns the audit entry ids, in order.
+    pub(crate) fn apply_all(&self, caller: &Caller, mutations: Vec<Mutation<'_>>, fail_after: FailAfter) -> Result<Vec<Ulid>> {
         let tenant = &caller.scope.tenant_id;
-        let audit_id = self.next_id();
+        if mutations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let audit_ids: Vec<Ulid> = mutations.iter().map(|_| self.next_id()).collect();
         // Embed before taking the writer lock: no model runs under it.
-        let vector = mutation.created.map(|(atom, _)| (atom.id, self.indexes.embed_atom(atom)));
-        if mutation.destroy_content {
+        let vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)> =
+            mutations.iter().filter_map(|m| m.created.map(|(atom, _)| (atom.id, self.indexes.embed_atom(atom)))).collect();
+        let destroys = mutations.iter().any(|m| m.destroy_content);
+        if destroys {
             self.store.mark_vacuum_pending()?;
         }
-        let span = tracing::info_span!("write", action = %mutation.action, %tenant);
+        let span = tracing::info_span!("write", action = %mutations[0].action, %tenant, mutations = mutations.len());
         let _entered = span.enter();
+        let graph_node = store::tenant_graph(tenant);
         let version = self.store.write(|tx| {
             let version = tx.version()?;
-            if let Some((atom, entities)) = mutation.created {
-                insert_atom(tx, atom, entities)?;
+            for (index, (mutation, audit_id)) in mutations.iter().zip(&audit_ids).enumerate() {
+                if fail_after.0 == Some(index) {
+                    return Err(MemoryError::Store(StoreError::Corrupt(format!("injected failure before write {} of {}", index + 1, mutations.len()))));
+                }
+                if let Some(target) = mutation.target {
+                    let iri = store::atom_iri(target.id);
+                    let current = tx.object(iri.as_ref(), hmg::STATUS, graph_node.as_ref().into())?;
+                    let current = current.as_ref().and_then(literal_value).and_then(|v| v.parse::<Status>().ok());
+                    if current != Some(target.status) {
+                        return Err(MemoryError::Conflict(format!(
+                            "atom {} changed while this write was prepared (status now {}, expected {}); nothing was written, retry",
+                            target.id,
+                            current.map_or("missing", Status::as_str),
+                            target.status
+                        )));
+                    }
+                }
+                write_one(tx, caller, mutation, *audit_id)?;
             }
-            if let Some(target) = mutation.target {
-                if let Some(status) = mutation.new_status {
-                    set_atom_literal(tx, tenant, target.id, hmg::STATUS, status.as_str())?;
-                }
-                if let Some(epistemic) = mutation.new_epistemic {
-                    set_atom_literal(tx, tenant, target.id, hmg::EPISTEMIC, epistemic.as_str())?;
-                }
-                if mutation.destroy_content {
-                    destroy_content(tx, tenant, target.id)?;
-                }
-            }
-            let (target, status_before, epistemic_before) = match mutation.target {
-                Some(t) => (Some(t.id), Some(t.status), Some(t.epistemic)),
-                None => (None, None, None),
-            };
-            let created = mutation.created.map(|(atom, _)| atom);
-            let status_after = match mutation.target {
-                Some(t) => Some(mutation.new_status.unwrap_or(t.status)),
-                None => created.map(|a| a.status),
-            };
-            let epistemic_after = match mutation.target {
-                Some(t) => Some(mutation.new_epistemic.unwrap_or(t.epistemic)),
-                None => created.map(|a| a.epistemic),
-            };
-            crate::audit::append(
-                tx,
-                tenant,
-                crate::audit::AuditRecord {
-                    actor: caller.actor.clone(),
-                    action: mutation.action.clone(),
-                    reason: mutation.reason.clone(),
-                    target,
-                    generated: created.map(|a| a.id),
-                    status_before,
-                    status_after,
-                    epistemic_before,
-                    epistemic_after,
-                },
-                audit_id,
-                Memory::now(),
-            )?;
             Ok::<_, MemoryError>(version)
         })?;
-        if mutation.destroy_content {
+        if destroys {
             self.store.vacuum()?;
         }
-        let touched: Vec<AtomId> = mutation.target.map(|t| t.id).into_iter().chain(mutation.created.map(|(a, _)| a.id)).collect();
-        if let Err(error) = self.indexes.on_change(&self.store, tenant, &touched, version, vector) {
+        let mut touched: Vec<AtomId> = Vec::new();
+        for mutation in &mutations {
+            for id in mutation.target.map(|t| t.id).into_iter().chain(mutation.created.map(|(a, _)| a.id)) {
+                if !touched.contains(&id) {
+                    touched.push(id);
+                }
+            }
+        }
+        if let Err(error) = self.indexes.on_change(&self.store, tenant, &touched, version, vectors) {
             // The write is committed; the indexes catch up at the next open.
             tracing::error!(%error, version, "index update failed after a committed write");
         }
-        Ok(())
+        Ok(audit_ids)
     }
+}
+
+/// One mutation and its audit entry, inside `tx`.
+fn write_one(tx: &mut WriteTx<'_>, caller: &Caller, mutation: &Mutation<'_>, audit_id: Ulid) -> Result<()> {
+    let tenant = &caller.scope.tenant_id;
+    if let Some((atom, entities)) = mutation.created {
+        insert_atom(tx, atom, entities)?;
+    }
+    if let Some(target) = mutation.target {
+        if let Some(status) = mutation.new_status {
+            set_atom_literal(tx, tenant, target.id, hmg::STATUS, status.as_str())?;
+        }
+        if let Some(epistemic) = mutation.new_epistemic {
+            set_atom_literal(tx, tenant, target.id, hmg::EPISTEMIC, epistemic.as_str())?;
+        }
+        if let Some(importance) = mutation.new_importance {
+            let graph_node = store::tenant_graph(tenant);
+            let iri = store::atom_iri(target.id);
+            tx.set(iri.as_ref(), hmg::IMPORTANCE, &Term::Literal(Literal::from(importance)), graph_node.as_ref().into())?;
+        }
+        if mutation.destroy_content {
+            destroy_content(tx, tenant, target.id)?;
+        }
+    }
+    let (target, status_before, epistemic_before) = match mutation.target {
+        Some(t) => (Some(t.id), Some(t.status), Some(t.epistemic)),
+        None => (None, None, None),
+    };
+    let created = mutation.created.map(|(atom, _)| atom);
+    let status_after = match mutation.target {
+        Some(t) => Some(mutation.new_status.unwrap_or(t.status)),
+        None => created.map(|a| a.status),
+    };
+    let epistemic_after = match mutation.target {
+        Some(t) => Some(mutation.new_epistemic.unwrap_or(t.epistemic)),
+        None => created.map(|a| a.epistemic),
+    };
+    crate::audit::append(
+        tx,
+        tenant,
+        crate::audit::AuditRecord {
+            actor: caller.actor.clone(),
+            action: mutation.action.clone(),
+            reason: mutation.reason.clone(),
+            target,
+            generated: created.map(|a| a.id),
+            status_before,
+            status_after,
+            epistemic_before,
+            epistemic_after,
+        },
+        audit_id,
+        Memory::now(),
+    )?;
+    Ok(())
 }
 
 /// Removes an atom's content, content hash and entity links (the node, its

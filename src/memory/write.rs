@@ -22,12 +22,14 @@ pub struct MemorizeRequest {
     pub session_id: Option<String>,
     /// Creation time to record (imports, evaluations); now by default.
     pub created_at: Option<DateTime<Utc>>,
+    /// Time after which `reflect` (action `expire`) marks it expired.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl MemorizeRequest {
     /// A fact with default attribution.
     pub fn new(content: impl Into<String>) -> MemorizeRequest {
-        MemorizeRequest { content: content.into(), source: None, kind: Kind::Fact, session_id: None, created_at: None }
+        MemorizeRequest { content: content.into(), source: None, kind: Kind::Fact, session_id: None, created_at: None, expires_at: None }
     }
 
     /// Builder: attribution.
@@ -48,6 +50,13 @@ impl MemorizeRequest {
     #[must_use]
     pub fn with_session(mut self, session_id: impl Into<String>) -> MemorizeRequest {
         self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// Builder: expiry time (reflect's `expire` action acts on it).
+    #[must_use]
+    pub fn with_expires_at(mut self, expires_at: DateTime<Utc>) -> MemorizeRequest {
+        self.expires_at = Some(expires_at);
         self
     }
 
@@ -179,6 +188,9 @@ pub(crate) fn new_atom(id: AtomId, text: String, kind: Kind, source: String, cal
         supersedes: None,
         derived_from: Vec::new(),
         session_id: None,
+        expires_at: None,
+        last_recalled_at: None,
+        recall_count: 0,
         scope: caller.scope.clone(),
         source,
         content: Some(text),
@@ -271,6 +283,7 @@ impl Memory {
         if let Some(created_at) = request.created_at {
             atom.created_at = created_at;
         }
+        atom.expires_at = request.expires_at;
         self.apply(caller, Mutation { created: Some((&atom, entities.as_slice())), ..Mutation::new("memorize") })?;
         tracing::info!(atom = %id, "memorized");
         Ok(MemorizeOutcome { atom_id: Some(id.to_string()), effect: Effect::Applied, reason: None, deduped_with: None, redactions: admitted.redactions })
