@@ -195,6 +195,8 @@ pub struct Atom {
     pub last_recalled_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Usage: how many recalls returned it.
     pub recall_count: u64,
+    /// When reflect last decayed its importance.
+    pub last_decayed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Atom {

@@ -156,7 +156,7 @@ fn capitalize(text: &str) -> String {
 }
 
 /// Turns a first-person statement into a fact about the user.
-fn third_person(sentence: &str) -> String {
+pub(crate) fn third_person(sentence: &str) -> String {
     let s = sentence.trim();
     // Chinese: 我的X是Y → X是Y; 我X → X (not 我们, "we").
     if let Some(rest) = s.strip_prefix("我的") {

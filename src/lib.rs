@@ -46,7 +46,8 @@ pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
     AtomView, AuditView, Brief, BriefOptions, Caller, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
     ExportFormat, GovernAction, GovernOutcome, GovernRequest, MergeEvent, MergeResult, HandoffOutcome, HandoffRequest, History, ImportReport,
-    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, Stats,
+    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, ReflectAction, ReflectReport,
+    ReflectRequest, Stats,
 };
 pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};
 pub use scope::Scope;

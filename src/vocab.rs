@@ -71,6 +71,8 @@ pub mod hmg {
         LAST_RECALLED_AT = "lastRecalledAt";
         /// How many recalls returned the atom (usage, not audited).
         RECALL_COUNT = "recallCount";
+        /// Last time reflect decayed the atom's importance.
+        DECAYED_AT = "decayedAt";
         /// Atom → scope.
         IN_SCOPE = "inScope";
         /// Atom → entity.

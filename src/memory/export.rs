@@ -121,6 +121,8 @@ struct SimpleLine {
     session_id: Option<String>,
     #[serde(default)]
     created_at: Option<String>,
+    #[serde(default)]
+    expires_at: Option<String>,
 }
 
 /// What happened to one import line.
@@ -198,7 +200,7 @@ impl Memory {
 
     /// Imports JSON Lines: full records (as exported, with `atom_id`) are
     /// restored as they were; lines with only `content` (and optionally
-    /// `source`, `kind`, `session_id`, `created_at`) are memorized. Each line
+    /// `source`, `kind`, `session_id`, `created_at`, `expires_at`) are memorized. Each line
     /// is its own transaction: `on_line` hears about it after it committed.
     pub fn import(&self, caller: &Caller, input: &mut dyn BufRead, on_line: &mut dyn FnMut(&ImportedLine)) -> Result<ImportReport> {
         let mut report = ImportReport::default();
@@ -242,6 +244,9 @@ impl Memory {
         }
         if let Some(created_at) = simple.created_at {
             request.created_at = Some(parse_time("created_at", &created_at)?);
+        }
+        if let Some(expires_at) = simple.expires_at {
+            request.expires_at = Some(parse_time("expires_at", &expires_at)?);
         }
         let outcome = self.memorize(caller, request)?;
         Ok((outcome.atom_id, outcome.effect, outcome.reason))
@@ -298,6 +303,7 @@ impl Memory {
             expires_at: record.expires_at.as_deref().map(|t| parse_time("expires_at", t)).transpose()?,
             last_recalled_at: None,
             recall_count: 0,
+            last_decayed_at: None,
             content,
         };
         let entities = atom.content.as_deref().map(text::extract_entities).unwrap_or_default();

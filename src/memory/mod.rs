@@ -31,6 +31,7 @@ mod export;
 mod govern;
 mod merge;
 mod read;
+pub mod reflect;
 mod write;
 
 use std::collections::HashMap;
@@ -53,6 +54,9 @@ pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
 pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
 pub use govern::{GovernAction, GovernOutcome, GovernRequest};
 pub use merge::{MergeEvent, MergeResult};
+pub use reflect::{
+    ReflectAction, ReflectCounts, ReflectFilters, ReflectLifecycle, ReflectPromotion, ReflectReport, ReflectRequest, ReflectSummary, parse_iso8601,
+};
 pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, ScopeView, Stats};
 pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
 
@@ -89,6 +93,10 @@ pub enum MemoryError {
     /// A derived index failed.
     #[error(transparent)]
     Index(#[from] crate::indexes::IndexError),
+    /// The caller may not act on what it asked for (another owner, team or
+    /// scope than its own).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// The data changed between reading and writing; nothing was written.
     #[error("conflict: {0}")]
     Conflict(String),
@@ -490,6 +498,7 @@ pub(crate) fn load_atom_cached(
     let mut expires_at = None;
     let mut last_recalled_at = None;
     let mut recall_count = 0;
+    let mut last_decayed_at = None;
     for quad in &quads {
         let p = quad.predicate.as_ref();
         let o = &quad.object;
@@ -521,6 +530,8 @@ pub(crate) fn load_atom_cached(
             expires_at = crate::audit::parse_datetime(o);
         } else if p == hmg::LAST_RECALLED_AT {
             last_recalled_at = crate::audit::parse_datetime(o);
+        } else if p == hmg::DECAYED_AT {
+            last_decayed_at = crate::audit::parse_datetime(o);
         } else if p == hmg::RECALL_COUNT {
             recall_count = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0);
         } else if p == hmg::IN_SCOPE {
@@ -586,6 +597,7 @@ pub(crate) fn load_atom_cached(
         expires_at,
         last_recalled_at,
         recall_count,
+        last_decayed_at,
     }))
 }
 
@@ -604,8 +616,8 @@ pub(crate) struct Mutation<'a> {
     pub(crate) new_status: Option<Status>,
     /// Its new epistemic.
     pub(crate) new_epistemic: Option<Epistemic>,
-    /// Its new importance.
-    pub(crate) new_importance: Option<f64>,
+    /// Its new importance, and the time of that decision (`decayedAt`).
+    pub(crate) new_importance: Option<(f64, DateTime<Utc>)>,
     /// Destroy its content (tombstone).
     pub(crate) destroy_content: bool,
     /// The atom created, with its entities.
@@ -713,10 +725,11 @@ fn write_one(tx: &mut WriteTx<'_>, caller: &Caller, mutation: &Mutation<'_>, aud
         if let Some(epistemic) = mutation.new_epistemic {
             set_atom_literal(tx, tenant, target.id, hmg::EPISTEMIC, epistemic.as_str())?;
         }
-        if let Some(importance) = mutation.new_importance {
+        if let Some((importance, at)) = mutation.new_importance {
             let graph_node = store::tenant_graph(tenant);
             let iri = store::atom_iri(target.id);
             tx.set(iri.as_ref(), hmg::IMPORTANCE, &Term::Literal(Literal::from(importance)), graph_node.as_ref().into())?;
+            tx.set(iri.as_ref(), hmg::DECAYED_AT, &Term::Literal(crate::audit::datetime_literal(at)), graph_node.as_ref().into())?;
         }
         if mutation.destroy_content {
             destroy_content(tx, tenant, target.id)?;

@@ -191,6 +191,7 @@ pub(crate) fn new_atom(id: AtomId, text: String, kind: Kind, source: String, cal
         expires_at: None,
         last_recalled_at: None,
         recall_count: 0,
+        last_decayed_at: None,
         scope: caller.scope.clone(),
         source,
         content: Some(text),

@@ -14,6 +14,7 @@ mod memorize;
 mod merge;
 mod queries;
 mod recall;
+mod reflect;
 mod redaction;
 
 use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};
