@@ -171,7 +171,11 @@ pub fn pre_tool_use(input: &serde_json::Map<String, Value>, tenant: &str, key: &
     };
     let scope = crate::scope::infer_scope(tenant, &event_dir(common.cwd.as_deref()));
     let injected = serde_json::to_value(scope_input(key, &scope)).map_err(|e| HookError::Input(e.to_string()))?;
-    tool_input.insert("scope".to_owned(), injected);
+    // reflect's own `scope` is a narrowing filter the caller chose: the
+    // session's scope goes beside it.
+    let tool_name = input.get("tool_name").and_then(Value::as_str).unwrap_or("");
+    let key_name = if tool_name.ends_with("__reflect") { "bound_scope" } else { "scope" };
+    tool_input.insert(key_name.to_owned(), injected);
     Ok(json!({
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::Value;
@@ -29,7 +29,7 @@ use serde_json::Value;
 use crate::memory::Caller;
 use crate::relay::SharedMemory;
 use crate::scope::Scope;
-use crate::tools::{Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ScopeInput, StatsArgs, ToolCall, ToolError};
+use crate::tools::{Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ReflectArgs, ScopeInput, StatsArgs, ToolCall, ToolError};
 
 const MEMORIZE: &str = "Store one long-term memory: a fact, decision, preference or constraint worth keeping across sessions.\n\
 - content: one self-contained sentence that makes sense without this conversation (name the project, technology, file or person). Write it in the language the user is using.\n\
@@ -56,6 +56,11 @@ const HANDOFF: &str = "Store a session handoff: the summary of a task for whoeve
 Call it when a task or milestone is finished or the session is about to end. Use memory_memorize for single facts; a handoff covers a whole task.";
 
 const STATS: &str = "Overview of the store for this scope: atom and edge counts, index coverage (semantic, keyword, temporal, categorical) and the snapshot version, which increases with every write. Mostly for hooks and diagnostics; normal work does not need it.";
+
+const REFLECT: &str = "Bounded maintenance pass over your memories (an operator or maintenance tool, not for ordinary requests): summarize recent episodic memories into reflection records, promote evidence repeated across sessions to a durable fact, expire past-due memories, decay the importance of memories not recalled, archive stale unimportant ones.\n\
+Run with dry_run=true first to review the candidates and counts; a real run writes every decision with an audit entry, all or nothing, and lists audit_record_ids. \
+Dry runs need memory:read, writes memory:write. Filters (path_filter, owner_filter, bucket, scope, team_id) only narrow your boundary; asking for another owner, team or scope is refused. \
+Not a search or delete tool: use memory_recall to find memories and memory_govern to remove one.";
 
 const INSTRUCTIONS: &str = "HMG is long-term memory across sessions. Memorize durable facts, decisions, preferences and constraints as you learn them (one self-contained sentence each, in the user's language); recall with noun phrases before relying on assumptions; correct instead of duplicating; hand off at the end of a task. Scope is resolved for you.";
 
@@ -215,11 +220,35 @@ impl HmgServer {
     async fn memory_stats(&self, Parameters(args): Parameters<Checked<StatsArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
         self.run(args.0.map(ToolCall::Stats), &context).await
     }
+
+    #[tool(
+        name = "reflect",
+        description = REFLECT,
+        input_schema = crate::tools::schema_of::<ReflectArgs>(),
+        output_schema = crate::tools::output_schema_of::<crate::ReflectReport>(),
+        annotations(title = "Reflect (maintenance)", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn reflect(&self, Parameters(args): Parameters<Checked<ReflectArgs>>, context: RequestContext<RoleServer>) -> Result<CallToolResult, String> {
+        let value = self.run_value(args.0.map(ToolCall::Reflect), &context).await?;
+        // The text is the seed's report; the structured content is the whole report.
+        let text = match serde_json::from_value::<crate::ReflectReport>(value.clone()) {
+            Ok(report) => report.to_text(),
+            Err(error) => return Err(format!("internal error: unreadable reflect report: {error}")),
+        };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(value);
+        Ok(result)
+    }
 }
 
 impl HmgServer {
-    /// Resolves the scope and runs the call on a blocking thread.
+    /// Runs the call; its structured output is the tool result.
     async fn run(&self, call: Result<ToolCall, ToolError>, context: &RequestContext<RoleServer>) -> ToolResult {
+        self.run_value(call, context).await.map(Json)
+    }
+
+    /// Resolves the scope and runs the call on a blocking thread.
+    async fn run_value(&self, call: Result<ToolCall, ToolError>, context: &RequestContext<RoleServer>) -> Result<Value, String> {
         let call = call.map_err(|e| e.to_string())?;
         // Over HTTP the authenticated principal decides the tenant and what
         // the call may do; over stdio it is the OS user with every right.
@@ -249,7 +278,7 @@ impl HmgServer {
         // be held across the await (it would tag other tasks on this thread).
         let work = span.clone();
         match tokio::task::spawn_blocking(move || work.in_scope(|| shared.call(call, &caller))).await {
-            Ok(Ok(value)) => Ok(Json(value)),
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(error @ ToolError::Internal(_))) => {
                 span.in_scope(|| tracing::error!(%error, "tool failed"));
                 Err(error.to_string())
@@ -330,7 +359,7 @@ mod tests {
 
     #[test]
     fn tool_descriptions_stay_under_two_kilobytes() {
-        for text in [MEMORIZE, RECALL, CORRECT, GOVERN, HANDOFF, STATS] {
+        for text in [MEMORIZE, RECALL, CORRECT, GOVERN, HANDOFF, STATS, REFLECT] {
             assert!(text.len() < 2048, "{} bytes: {text}", text.len());
         }
     }

@@ -19,7 +19,7 @@ use crate::memory::{BriefOptions, Caller, CorrectAction, CorrectRequest, GovernA
 use crate::recall::RecallRequest;
 
 /// Tool names, in the order hosts list them.
-pub const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats"];
+pub const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
 
 /// Why a tool call failed. `Invalid` is the caller's to fix (an MCP tool
 /// result with `isError: true`); `Internal` is ours.
@@ -37,6 +37,10 @@ pub enum ToolError {
     /// No such tool.
     #[error("unknown tool '{0}'; the tools are {names}", names = TOOL_NAMES.join(", "))]
     UnknownTool(String),
+    /// The caller may not do this (another owner, team or scope; a token
+    /// without the needed scope).
+    #[error("{0}")]
+    Forbidden(String),
     /// The server failed; the request may be retried.
     #[error("internal error: {0}")]
     Internal(String),
@@ -47,6 +51,7 @@ impl From<MemoryError> for ToolError {
         match &error {
             MemoryError::InvalidInput { field, .. } => ToolError::Invalid { field: Some((*field).to_owned()), message: error.to_string() },
             MemoryError::Scope(_) => ToolError::Invalid { field: Some("scope".to_owned()), message: error.to_string() },
+            MemoryError::Forbidden(_) => ToolError::Forbidden(error.to_string()),
             _ if error.is_caller_error() => ToolError::Invalid { field: None, message: error.to_string() },
             _ => {
                 tracing::error!(%error, "tool call failed");
@@ -204,6 +209,69 @@ pub struct StatsArgs {
     pub scope: Option<ScopeInput>,
 }
 
+/// `reflect` arguments (seed 004). The hook injects the session's scope as
+/// `bound_scope`: `scope` is the seed's narrowing filter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReflectArgs {
+    /// Comma-separated actions: summarize, promote, expire, decay, archive (default all; aliases summary, promotion, expiry, importance_decay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions_csv: Option<String>,
+    /// Compute candidates and counts without writing (default false). Prefer true when reviewing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    /// Positive look-back window in hours for summarize/promote (default 24); `since` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_window_hours: Option<f64>,
+    /// ISO 8601 start of the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// ISO 8601 end of the window (default now; also "now" for expire/decay/archive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// LIKE pattern over the logical path workspace/repository@branch (default %).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_filter: Option<String>,
+    /// Owner: % or yourself (default: the authenticated owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_filter: Option<String>,
+    /// personal (tenant-wide memories), % (default) or a LIKE pattern over repository names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// Narrow to workspace/repository[@branch] inside your boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Team (workspace); must match your bound team.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+    /// Candidate budget (default 500, clamped to 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+    /// Injected by the hook; do not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_scope: Option<ScopeInput>,
+}
+
+impl ReflectArgs {
+    /// The facade's request.
+    pub fn request(&self) -> crate::memory::ReflectRequest {
+        crate::memory::ReflectRequest {
+            actions_csv: self.actions_csv.clone(),
+            dry_run: self.dry_run.unwrap_or(false),
+            time_window_hours: self.time_window_hours,
+            since: self.since.clone(),
+            until: self.until.clone(),
+            path_filter: self.path_filter.clone(),
+            owner_filter: self.owner_filter.clone(),
+            bucket: self.bucket.clone(),
+            scope: self.scope.clone(),
+            team_id: self.team_id.clone(),
+            limit: self.limit,
+            fail_after_writes: None,
+        }
+    }
+}
+
 /// Arguments that were decoded, or the message naming what is wrong with
 /// them. Its schema is `T`'s; decoding never fails at the protocol level, so
 /// a malformed call becomes a tool error the model can read and fix.
@@ -315,6 +383,8 @@ pub enum ToolCall {
     Handoff(HandoffArgs),
     /// memory_stats.
     Stats(StatsArgs),
+    /// reflect.
+    Reflect(ReflectArgs),
     /// The session-start brief (for hooks; not an MCP tool).
     Brief {
         /// Upper bound on the text, in characters.
@@ -332,6 +402,7 @@ impl ToolCall {
             "memory_govern" => ToolCall::Govern(decode(arguments)?),
             "memory_handoff" => ToolCall::Handoff(decode(arguments)?),
             "memory_stats" => ToolCall::Stats(decode(arguments)?),
+            "reflect" => ToolCall::Reflect(decode(arguments)?),
             "agent_brief" => {
                 let max_chars = arguments.get("max_chars").and_then(Value::as_u64).unwrap_or(BriefOptions::default().max_chars as u64);
                 ToolCall::Brief { max_chars: usize::try_from(max_chars).unwrap_or(usize::MAX) }
@@ -349,6 +420,7 @@ impl ToolCall {
             ToolCall::Govern(_) => "memory_govern",
             ToolCall::Handoff(_) => "memory_handoff",
             ToolCall::Stats(_) => "memory_stats",
+            ToolCall::Reflect(_) => "reflect",
             ToolCall::Brief { .. } => "agent_brief",
         }
     }
@@ -362,6 +434,7 @@ impl ToolCall {
             ToolCall::Govern(a) => a.scope.as_ref(),
             ToolCall::Handoff(a) => a.scope.as_ref(),
             ToolCall::Stats(a) => a.scope.as_ref(),
+            ToolCall::Reflect(a) => a.bound_scope.as_ref(),
             ToolCall::Brief { .. } => None,
         }
     }
@@ -375,14 +448,19 @@ impl ToolCall {
             ToolCall::Govern(a) => serde_json::to_value(a),
             ToolCall::Handoff(a) => serde_json::to_value(a),
             ToolCall::Stats(a) => serde_json::to_value(a),
+            ToolCall::Reflect(a) => serde_json::to_value(a),
             ToolCall::Brief { max_chars } => Ok(serde_json::json!({ "max_chars": max_chars })),
         };
         value.unwrap_or(Value::Null)
     }
 
-    /// Whether the tool changes memory.
+    /// Whether the tool changes memory (a reflect dry run does not).
     pub fn writes(&self) -> bool {
-        !matches!(self, ToolCall::Recall(_) | ToolCall::Stats(_) | ToolCall::Brief { .. })
+        match self {
+            ToolCall::Recall(_) | ToolCall::Stats(_) | ToolCall::Brief { .. } => false,
+            ToolCall::Reflect(a) => !a.dry_run.unwrap_or(false),
+            _ => true,
+        }
     }
 
     /// Runs the call for `caller` (whose scope the surface resolved) and
@@ -431,6 +509,7 @@ impl ToolCall {
             }
             ToolCall::Handoff(a) => serde_json::to_value(memory.handoff(caller, HandoffRequest { summary: a.summary, source: a.source })?),
             ToolCall::Stats(_) => serde_json::to_value(memory.stats(caller)?),
+            ToolCall::Reflect(a) => serde_json::to_value(memory.reflect(caller, a.request())?),
             ToolCall::Brief { max_chars } => {
                 let options = BriefOptions { max_chars, ..BriefOptions::default() };
                 serde_json::to_value(memory.brief(caller, options)?)

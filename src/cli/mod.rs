@@ -64,6 +64,9 @@ pub enum Command {
         /// fact | episode.
         #[arg(long, default_value = "fact")]
         kind: String,
+        /// ISO 8601 time after which `hmg reflect` expires the memory.
+        #[arg(long)]
+        expires_at: Option<String>,
     },
     /// Search memories with a noun phrase (memory_recall).
     Recall {
@@ -115,6 +118,42 @@ pub enum Command {
     },
     /// Store overview (memory_stats).
     Stats,
+    /// Maintenance pass (reflect): summarize, promote, expire, decay, archive. Try --dry-run first.
+    Reflect {
+        /// Comma-separated actions (default all five; aliases summary, promotion, expiry, importance_decay).
+        #[arg(long)]
+        actions: Option<String>,
+        /// Compute candidates and counts; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Look-back window in hours for summarize/promote (default 24).
+        #[arg(long)]
+        time_window_hours: Option<f64>,
+        /// ISO 8601 start of the window (overrides the hours).
+        #[arg(long)]
+        since: Option<String>,
+        /// ISO 8601 end of the window, and "now" for expire/decay/archive.
+        #[arg(long)]
+        until: Option<String>,
+        /// LIKE pattern over workspace/repository@branch.
+        #[arg(long)]
+        path_filter: Option<String>,
+        /// `%` or your own tenant.
+        #[arg(long)]
+        owner_filter: Option<String>,
+        /// personal, % or a LIKE pattern over repository names.
+        #[arg(long)]
+        bucket: Option<String>,
+        /// Narrow to workspace/repository[@branch] (named --in, as --repository sets the caller's own scope).
+        #[arg(long = "in")]
+        within: Option<String>,
+        /// Team (workspace).
+        #[arg(long)]
+        team_id: Option<String>,
+        /// Candidate budget (default 500, clamped to 5000).
+        #[arg(long)]
+        limit: Option<i64>,
+    },
     /// An atom's evolution chain, derived lessons and audit entries.
     History {
         /// Atom id.
@@ -359,6 +398,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         }
         Err(error @ CliError::Hook(crate::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => report_bad_input(&message, field.as_deref(), json, out, err),
+        Err(CliError::Tool(crate::tools::ToolError::Forbidden(message))) => report_bad_input(&message, None, json, out, err),
         Err(CliError::Token(error @ crate::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
         Err(error @ CliError::Token(crate::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
@@ -538,11 +578,16 @@ fn dispatch(
     let in_use = || CliError::InUse(shared.dir().to_path_buf());
     let memory_here = || local.as_deref().ok_or_else(in_use);
     match command {
-        Command::Memorize { content, source, kind } => {
+        Command::Memorize { content, source, kind, expires_at } => {
             let kind: Kind = kind.parse().map_err(|e: crate::atom::UnknownValue| MemoryError::invalid("kind", e.to_string()))?;
+            let expires_at = expires_at.as_deref().map(|t| crate::memory::parse_iso8601("expires_at", t)).transpose()?;
             let outcome: crate::MemorizeOutcome = match (&local, kind) {
-                (Some(memory), kind) => memory.memorize(&caller, MemorizeRequest::new(content).with_source(source).with_kind(kind))?,
-                (None, Kind::Fact) => relayed(shared, &caller, "memory_memorize", serde_json::json!({ "content": content, "source": source }))?,
+                (Some(memory), kind) => {
+                    let mut request = MemorizeRequest::new(content).with_source(source).with_kind(kind);
+                    request.expires_at = expires_at;
+                    memory.memorize(&caller, request)?
+                }
+                (None, Kind::Fact) if expires_at.is_none() => relayed(shared, &caller, "memory_memorize", serde_json::json!({ "content": content, "source": source }))?,
                 (None, _) => return Err(in_use()),
             };
             if json {
@@ -643,6 +688,32 @@ fn dispatch(
                 }
             }
             Ok(exit_for(outcome.effect))
+        }
+        Command::Reflect { actions, dry_run, time_window_hours, since, until, path_filter, owner_filter, bucket, within, team_id, limit } => {
+            let args = crate::tools::ReflectArgs {
+                actions_csv: actions,
+                dry_run: Some(dry_run),
+                time_window_hours,
+                since,
+                until,
+                path_filter,
+                owner_filter,
+                bucket,
+                scope: within,
+                team_id,
+                limit,
+                bound_scope: None,
+            };
+            let report: crate::ReflectReport = match &local {
+                Some(memory) => memory.reflect(&caller, args.request())?,
+                None => relayed(shared, &caller, "reflect", serde_json::to_value(&args).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(e.to_string())))?)?,
+            };
+            if json {
+                write_json(out, &report)?;
+            } else {
+                writeln!(out, "{}", report.to_text())?;
+            }
+            Ok(Exit::Ok)
         }
         Command::Stats => {
             let stats: crate::Stats = match &local {

@@ -59,8 +59,9 @@ pub const ARCHIVE_IDLE_DAYS: i64 = 30;
 pub const ARCHIVE_BELOW: f64 = 0.2;
 
 /// One of the five published actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema, async_graphql::Enum)]
 #[serde(rename_all = "snake_case")]
+#[graphql(rename_items = "lowercase")]
 pub enum ReflectAction {
     /// Recent episodes → reflection records.
     Summarize,
@@ -137,7 +138,7 @@ pub struct ReflectRequest {
 }
 
 /// The filters as applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectFilters {
     /// Logical path pattern.
     pub path_filter: String,
@@ -158,7 +159,7 @@ pub struct ReflectFilters {
 }
 
 /// A reflection record (planned or written).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectSummary {
     /// The reflection atom (absent in a dry run).
     pub atom_id: Option<String>,
@@ -173,7 +174,7 @@ pub struct ReflectSummary {
 }
 
 /// A promotion (planned or written).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectPromotion {
     /// The new fact (absent in a dry run).
     pub atom_id: Option<String>,
@@ -188,7 +189,7 @@ pub struct ReflectPromotion {
 }
 
 /// An expire, decay or archive decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectLifecycle {
     /// The atom.
     pub atom_id: String,
@@ -203,7 +204,7 @@ pub struct ReflectLifecycle {
 }
 
 /// The five counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectCounts {
     /// Reflection records.
     pub summarized: usize,
@@ -218,7 +219,7 @@ pub struct ReflectCounts {
 }
 
 /// Output of `reflect`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
 pub struct ReflectReport {
     /// Whether nothing was written.
     pub dry_run: bool,
