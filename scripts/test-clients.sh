@@ -5,6 +5,7 @@
 #   HMG_TEST_PYTHON     a Python with the official MCP SDK (mcp 2.3.0)
 #   HMG_TEST_INSPECTOR  the MCP Inspector CLI (npm @modelcontextprotocol/inspector 0.15.0)
 #   HMG_TEST_NODE_MODULES  node_modules with playwright-core (drives Debian's chromium)
+#   HMG_TEST_SCHEMATHESIS  the schemathesis CLI (PyPI schemathesis 4.32.5, its own venv)
 # The Python also has SPARQLWrapper (a real SPARQL client).
 # Safe to run again; only missing pieces are installed. Usage:
 #   eval "$(scripts/test-clients.sh)"
@@ -33,6 +34,15 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==2.3.0" "SPARQLWrapper==2.0.0" >&2
 fi
 
+# schemathesis has many dependencies of its own: a separate venv keeps them
+# from moving the MCP SDK's.
+SCHEMATHESIS_VENV="$CLIENTS/schemathesis"
+[ -x "$SCHEMATHESIS_VENV/bin/python" ] || python3 -m venv "$SCHEMATHESIS_VENV"
+if ! "$SCHEMATHESIS_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('schemathesis') != '4.32.5')" 2>/dev/null; then
+  echo "test-clients: installing schemathesis from PyPI" >&2
+  "$SCHEMATHESIS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==4.32.5" >&2
+fi
+
 NODE="$CLIENTS/node"
 INSPECTOR="$NODE/node_modules/.bin/mcp-inspector"
 if [ ! -x "$INSPECTOR" ]; then
@@ -48,3 +58,4 @@ fi
 echo "export HMG_TEST_PYTHON='$VENV/bin/python'"
 echo "export HMG_TEST_INSPECTOR='$INSPECTOR'"
 echo "export HMG_TEST_NODE_MODULES='$NODE/node_modules'"
+echo "export HMG_TEST_SCHEMATHESIS='$SCHEMATHESIS_VENV/bin/schemathesis'"

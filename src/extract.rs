@@ -12,9 +12,10 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 
 /// One chat message (the chat-completions shape).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Message {
     /// `user`, `assistant` or `system`.
+    #[schemars(extend("enum" = ["user", "assistant", "system"]))]
     pub role: String,
     /// The text.
     pub content: String,
@@ -62,14 +63,7 @@ impl Extractor for RuleExtractor {
     }
 
     fn extract(&self, messages: &[Message]) -> Result<Vec<String>, ExtractError> {
-        if messages.is_empty() {
-            return Err(ExtractError::Invalid("no messages".to_owned()));
-        }
-        for m in messages {
-            if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
-                return Err(ExtractError::Invalid(format!("unknown role '{}': expected user, assistant or system", m.role)));
-            }
-        }
+        check_messages(messages)?;
         let has_user = messages.iter().any(|m| m.role == "user");
         let wanted = if has_user { "user" } else { "assistant" };
         let mut facts: Vec<String> = Vec::new();
@@ -89,6 +83,173 @@ impl Extractor for RuleExtractor {
             }
         }
         Ok(facts)
+    }
+}
+
+/// Checks messages before any extractor sees them.
+fn check_messages(messages: &[Message]) -> Result<(), ExtractError> {
+    if messages.is_empty() {
+        return Err(ExtractError::Invalid("no messages".to_owned()));
+    }
+    for m in messages {
+        if !matches!(m.role.as_str(), "user" | "assistant" | "system") {
+            return Err(ExtractError::Invalid(format!("unknown role '{}': expected user, assistant or system", m.role)));
+        }
+    }
+    Ok(())
+}
+
+/// Settings of an OpenAI-compatible chat-completions endpoint, from the
+/// environment: `HMG_EXTRACT_BASE_URL` (e.g. `http://127.0.0.1:11434/v1`),
+/// `HMG_EXTRACT_MODEL`, `HMG_EXTRACT_API_KEY` (optional), and
+/// `HMG_EXTRACT_TIMEOUT_SECS` (default 20).
+#[derive(Clone)]
+pub struct EndpointConfig {
+    /// Base URL; `/chat/completions` is appended.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Bearer key, if the endpoint needs one.
+    pub api_key: Option<String>,
+    /// Whole-request timeout.
+    pub timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[set]"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl EndpointConfig {
+    /// The endpoint configured in the environment, if any. A base URL
+    /// without a model (or a bad timeout) is an error, not silence.
+    pub fn from_env() -> Result<Option<EndpointConfig>, ExtractError> {
+        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let Some(base_url) = var("HMG_EXTRACT_BASE_URL") else { return Ok(None) };
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(ExtractError::Invalid(format!("HMG_EXTRACT_BASE_URL '{base_url}' must start with http:// or https://")));
+        }
+        let model = var("HMG_EXTRACT_MODEL").ok_or_else(|| ExtractError::Invalid("HMG_EXTRACT_BASE_URL is set but HMG_EXTRACT_MODEL is not".to_owned()))?;
+        let timeout = match var("HMG_EXTRACT_TIMEOUT_SECS") {
+            None => 20.0,
+            Some(text) => text.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0).ok_or_else(|| ExtractError::Invalid(format!("HMG_EXTRACT_TIMEOUT_SECS '{text}' is not a positive number")))?,
+        };
+        Ok(Some(EndpointConfig { base_url, model, api_key: var("HMG_EXTRACT_API_KEY"), timeout: std::time::Duration::from_secs_f64(timeout) }))
+    }
+}
+
+const EXTRACT_PROMPT: &str = "You extract durable facts about the user from a conversation, for a long-term memory.\n\
+Return only JSON: {\"facts\": [\"...\"]}. Each fact is one short self-contained sentence in the language of the conversation, \
+written about the user without a subject pronoun (\"Prefers concise Python examples\", \"喜欢喝咖啡\", \"コーヒーが好き\"). \
+Skip greetings, small talk and questions. If the user says something is no longer true, state it negatively (\"No longer drinks coffee\"). \
+If there is no user message, keep the assistant's answer as one fact. Return {\"facts\": []} when there is nothing to keep.";
+
+/// An OpenAI-compatible chat-completions extractor.
+#[derive(Debug)]
+pub struct OpenAiExtractor {
+    config: EndpointConfig,
+    agent: ureq::Agent,
+}
+
+impl OpenAiExtractor {
+    /// An extractor for `config`.
+    pub fn new(config: EndpointConfig) -> OpenAiExtractor {
+        let agent = ureq::Agent::config_builder().timeout_global(Some(config.timeout)).http_status_as_error(false).build().new_agent();
+        OpenAiExtractor { config, agent }
+    }
+}
+
+/// The facts in a model's answer: `{"facts": [...]}`, a bare array, or
+/// either inside a fenced block or surrounding prose.
+fn facts_from_answer(answer: &str) -> Option<Vec<String>> {
+    let start = answer.find(['{', '['])?;
+    let end = answer.rfind(['}', ']'])?;
+    let value: serde_json::Value = serde_json::from_str(answer.get(start..=end)?).ok()?;
+    let list = match &value {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(map) => map.get("facts")?.as_array()?,
+        _ => return None,
+    };
+    Some(list.iter().filter_map(|f| f.as_str()).map(|f| f.trim().to_owned()).filter(|f| !f.is_empty()).collect())
+}
+
+impl Extractor for OpenAiExtractor {
+    fn name(&self) -> &str {
+        "openai-compatible"
+    }
+
+    fn extract(&self, messages: &[Message]) -> Result<Vec<String>, ExtractError> {
+        check_messages(messages)?;
+        let conversation: Vec<String> = messages.iter().map(|m| format!("{}: {}", m.role, m.content)).collect();
+        let body = serde_json::json!({
+            "model": self.config.model,
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": EXTRACT_PROMPT},
+                {"role": "user", "content": conversation.join("\n")},
+            ],
+        });
+        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let mut request = self.agent.post(&url).header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let span = tracing::info_span!("extract_endpoint", url = %url, model = %self.config.model);
+        let _entered = span.enter();
+        let mut response = request.send(body.to_string().as_bytes()).map_err(|e| ExtractError::Endpoint(format!("{url}: {e}")))?;
+        let status = response.status();
+        let text = response.body_mut().with_config().limit(4 * 1024 * 1024).read_to_string().map_err(|e| ExtractError::Endpoint(format!("{url}: reading the answer: {e}")))?;
+        if !status.is_success() {
+            let excerpt: String = text.chars().take(300).collect();
+            return Err(ExtractError::Endpoint(format!("{url} answered {status}: {excerpt}")));
+        }
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| ExtractError::Endpoint(format!("{url}: the answer is not JSON: {e}")))?;
+        let content = value
+            .pointer("/choices/0/message/content")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ExtractError::Endpoint(format!("{url}: no choices[0].message.content in the answer")))?;
+        let facts = facts_from_answer(content).ok_or_else(|| ExtractError::Endpoint(format!("the model did not answer with a list of facts: {}", content.chars().take(200).collect::<String>())))?;
+        let mut unique: Vec<String> = Vec::new();
+        for fact in facts {
+            if !unique.iter().any(|f| f.eq_ignore_ascii_case(&fact)) {
+                unique.push(fact);
+            }
+        }
+        Ok(unique)
+    }
+}
+
+/// What an extraction produced, and any warning to pass on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extraction {
+    /// The facts.
+    pub facts: Vec<String>,
+    /// Set when the configured endpoint failed and the built-in extractor
+    /// answered instead.
+    pub warning: Option<String>,
+}
+
+/// The configured endpoint when there is one, else the built-in extractor;
+/// an endpoint failure falls back to the built-in result with a warning, so
+/// an add is never lost to a model outage.
+pub fn extract_with_fallback(endpoint: Option<&dyn Extractor>, messages: &[Message]) -> Result<Extraction, ExtractError> {
+    check_messages(messages)?;
+    let Some(endpoint) = endpoint else {
+        return Ok(Extraction { facts: RuleExtractor.extract(messages)?, warning: None });
+    };
+    match endpoint.extract(messages) {
+        Ok(facts) => Ok(Extraction { facts, warning: None }),
+        Err(ExtractError::Invalid(message)) => Err(ExtractError::Invalid(message)),
+        Err(error) => {
+            tracing::warn!(%error, extractor = endpoint.name(), "extraction endpoint failed; using the built-in extractor");
+            Ok(Extraction { facts: RuleExtractor.extract(messages)?, warning: Some(format!("{error}; the built-in extractor was used instead")) })
+        }
     }
 }
 

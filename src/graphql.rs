@@ -282,6 +282,7 @@ impl QueryRoot {
             epistemic: f.epistemic,
             polarity: f.polarity,
             text: f.text,
+            exact_scope: false,
         };
         let first = usize::try_from(first).map_err(|_| memory_error(MemoryError::InvalidInput { field: "first", message: "must be positive".to_owned() }))?;
         blocking(move || {

@@ -32,6 +32,7 @@ pub mod mcp;
 pub mod memory;
 pub mod recall;
 pub mod relay;
+pub mod rest;
 pub mod scope;
 pub mod server;
 pub mod sparql;

@@ -36,6 +36,9 @@ pub enum ServeError {
         "refusing to serve {0} without access tokens: only loopback addresses (127.0.0.1, ::1) may be served unauthenticated; bind 127.0.0.1 or create tokens first"
     )]
     Unauthenticated(SocketAddr),
+    /// The extraction endpoint's settings are wrong.
+    #[error(transparent)]
+    Extractor(#[from] crate::extract::ExtractError),
     /// Socket trouble.
     #[error("cannot serve {address}: {source}")]
     Io {
@@ -163,7 +166,8 @@ fn unauthorized(headers: &HeaderMap, problem: Option<&str>) -> Response {
 async fn authenticate(State(state): State<AppState>, mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let path = request.uri().path();
     let explorer = request.method() == axum::http::Method::GET && (path == "/graphql" || path.starts_with("/graphql/assets/"));
-    if path == "/healthz" || path.starts_with("/.well-known/") || explorer {
+    let documentation = path == concat!("/api/v1/hetamem/vg", "/openapi.json");
+    if path == "/healthz" || path.starts_with("/.well-known/") || explorer || documentation {
         return next.run(request).await;
     }
     let tokens = Arc::clone(&state.tokens);
@@ -334,7 +338,7 @@ async fn trace_request(request: axum::extract::Request, next: axum::middleware::
 }
 
 /// The application's routes over `shared`, authenticated with `tokens`.
-pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken) -> Router {
+pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken) -> Result<Router, ServeError> {
     let local_tenant = crate::scope::os_user();
     let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
     let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
@@ -344,19 +348,21 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
         hosts.clear();
     }
     let schema = crate::graphql::schema(Arc::clone(&shared));
+    let rest = crate::rest::RestState::new(Arc::clone(&shared))?;
     let state = AppState { shared, tokens, local_tenant, schema };
-    Router::new()
+    Ok(Router::new()
         .nest_service("/mcp", crate::mcp::http_service(server, hosts, cancel))
         .route("/sparql", get(sparql).post(sparql))
         .route("/graphql", get(explorer_page).post(graphql))
         .route("/graphql/assets/{name}", get(explorer_asset))
+        .merge(crate::rest::routes(rest))
         .route("/healthz", get(healthz))
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(trace_request))
-        .with_state(state)
+        .with_state(state))
 }
 
 /// Serves until SIGINT or SIGTERM; `ready` hears the bound address.
@@ -365,7 +371,7 @@ pub async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: 
     let listener = tokio::net::TcpListener::bind(address).await.map_err(io)?;
     let bound = listener.local_addr().map_err(io)?;
     let cancel = tokio_util::sync::CancellationToken::new();
-    let app = router(Arc::clone(&shared), tokens, bound, cancel.clone());
+    let app = router(Arc::clone(&shared), tokens, bound, cancel.clone())?;
     ready(bound);
     let stopping = cancel.clone();
     axum::serve(listener, app)

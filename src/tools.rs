@@ -355,7 +355,7 @@ fn schema_with<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> A
 /// Removes schemars' `uint32`-style formats: they are not JSON Schema
 /// formats, and validators (the MCP Inspector's among them) warn about each.
 /// The `minimum` next to them still says what they meant.
-fn strip_integer_formats(value: &mut Value) {
+pub(crate) fn strip_integer_formats(value: &mut Value) {
     match value {
         Value::Object(map) => {
             if map.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int")) {

@@ -18,7 +18,7 @@ use crate::recall::RecallRequest;
 use crate::text::analyze::{Mode, terms};
 
 /// What a fact did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum MergeEvent {
     /// A new memory.
@@ -32,7 +32,7 @@ pub enum MergeEvent {
 }
 
 /// One fact's outcome, in the REST API's shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MergeResult {
     /// The atom now holding the fact (ADD, UPDATE: the new one; DELETE,
     /// NONE: the existing one; absent when the fact was rejected).

@@ -179,6 +179,9 @@ pub struct AtomFilter {
     pub created_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Case-insensitive substring of the visible content.
     pub text: Option<String>,
+    /// Workspace and repository must equal the filter's, an absent one
+    /// included (the REST API's `user_id` / `agent_id`); branch as usual.
+    pub exact_scope: bool,
 }
 
 /// One page of atoms, newest first.
@@ -199,7 +202,9 @@ impl AtomFilter {
     fn keeps(&self, atom: &Atom) -> bool {
         let same = |want: &Option<String>, have: &Option<String>| want.as_ref().is_none_or(|w| have.as_deref() == Some(w.as_str()));
         let text = self.text.as_ref().map(|t| t.to_lowercase());
-        same(&self.workspace, &atom.scope.workspace)
+        let exact = !self.exact_scope || (self.workspace == atom.scope.workspace && self.repository == atom.scope.repository);
+        exact
+            && same(&self.workspace, &atom.scope.workspace)
             && same(&self.repository, &atom.scope.repository)
             && same(&self.branch, &atom.scope.branch)
             && (!self.tenant_wide || atom.scope.is_tenant_wide())

@@ -15,6 +15,7 @@ mod merge;
 mod queries;
 mod recall;
 mod reflect;
+mod rest;
 mod redaction;
 
 use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};

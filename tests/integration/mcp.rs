@@ -50,11 +50,17 @@ pub(crate) struct Served {
 
 impl Served {
     pub(crate) fn start(store: &Path) -> Served {
+        Served::start_with(store, &[])
+    }
+
+    /// Like [`Served::start`], with extra environment variables.
+    pub(crate) fn start_with(store: &Path, env: &[(&str, &str)]) -> Served {
         let mut child = Command::new(hmg_bin())
             .args(["--store"])
             .arg(store)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .env("USER", USER)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
