@@ -1,5 +1,6 @@
 """HTTP surfaces of `hmg serve` with real clients: tenant isolation across MCP
-(official Python SDK), GraphQL and SPARQL (SPARQLWrapper), authentication,
+(official Python SDK), GraphQL, SPARQL (SPARQLWrapper), the REST API and
+reflect, authentication,
 the ready audit queries of queries/audit/, and malformed or oversized input.
 
 Usage: http_surfaces.py URL ALICE_TOKEN ALICE_READ_TOKEN BOB_TOKEN QUERIES_DIR
@@ -73,6 +74,13 @@ def gql_ok(query, token, step, variables=None):
     return answer["data"]
 
 
+def rest(method, path, token, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    status, _, answer = http(method, "/api/v1/hetamem/vg" + path, data, token, headers)
+    return status, json.loads(answer) if answer else None
+
+
 def sparql_rows(query, token):
     client = SPARQLWrapper(URL + "/sparql")
     client.setQuery(query)
@@ -142,6 +150,64 @@ async def main():
     ]:
         rows = sparql_rows(query, ALICE)
         check(all("Redis" not in r["c"]["value"] for r in rows), f"sparql stays in tenant: {query}", rows)
+    # REST: Bob's memory, by id and by Bob's own user_id/agent_id, is out of Alice's reach.
+    status, added = rest("POST", "/add", BOB, {"messages": [{"role": "user", "content": "I keep the Redis failover runbook in Notion."}], "user_id": "bob", "agent_id": "ops"})
+    check(status == 200 and added["results"][0]["event"] == "ADD", "bob adds through REST", added)
+    bob_memory = added["results"][0]["id"]
+    for method, path, body in [
+        ("GET", f"/{bob_memory}", None),
+        ("GET", f"/{bob_memory}/history", None),
+        ("PUT", f"/{bob_memory}", {"data": "owned"}),
+        ("DELETE", f"/{bob_memory}", None),
+        ("DELETE", f"/{bob_memory}?purge=true", None),
+    ]:
+        status, answer = rest(method, path, ALICE, body)
+        check(status == 404, f"rest {method} {path} on another tenant's memory", [status, answer])
+    status, answer = rest("POST", "/search", ALICE, {"query": "Redis failover runbook", "user_id": "bob", "agent_id": "ops"})
+    check(status == 200 and answer["results"] == [], "rest search stays in tenant", answer)
+    status, answer = rest("GET", "?user_id=bob&agent_id=ops", ALICE)
+    check(status == 200 and answer["results"] == [], "rest list stays in tenant", answer)
+    status, answer = rest("DELETE", "?user_id=bob&agent_id=ops", ALICE)
+    check(status == 200 and answer["deleted"] == 0, "rest delete-all stays in tenant", answer)
+    status, answer = rest("GET", "?user_id=bob", None)
+    check(status == 401, "rest needs a token", [status, answer])
+    status, answer = rest("POST", "/add", ALICE_READ, {"messages": [{"role": "user", "content": "I like tea."}], "user_id": "alice"})
+    check(status == 403 and "memory:write" in answer["detail"], "rest add with a read-only token", [status, answer])
+    status, answer = rest("POST", "/search", ALICE_READ, {"query": "payments", "user_id": "alice"})
+    check(status == 200, "rest search with a read-only token", [status, answer])
+
+    # reflect: a dry run is a read, a real run a write; Alice's run stays in her tenant.
+    reflect = 'mutation($input: ReflectInput) { reflect(input: $input) { dryRun actions counts { summarized promoted expired decayed archived } auditRecordIds } }'
+    later = {"until": "2031-01-01T00:00:00Z", "actionsCsv": "decay,archive"}
+    data = gql_ok(reflect, ALICE_READ, "reflect dry run with a read-only token", {"input": dict(later, dryRun=True)})
+    check(data["reflect"]["dryRun"] and data["reflect"]["auditRecordIds"] == [] and data["reflect"]["counts"]["decayed"] == 2, "reflect dry run counts (two active facts; lessons never decay)", data)
+    status, answer = gql(reflect, ALICE_READ, {"input": later})
+    check(status == 403 and answer["errors"][0]["extensions"]["code"] == "FORBIDDEN", "reflect writes need memory:write", [status, answer])
+    status, answer = gql(reflect, ALICE, {"input": dict(later, ownerFilter="bob")})
+    check(status == 403 and "owner_filter" in answer["errors"][0]["message"], "reflect cannot widen to another owner", [status, answer])
+    status, answer = gql(reflect, ALICE, {"input": {"since": "last week"}})
+    check(answer["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT" and answer["errors"][0]["extensions"]["field"] == "since", "reflect rejects a malformed since", answer)
+    dry_counts = data["reflect"]["counts"]
+    data = gql_ok(reflect, ALICE, "reflect real run", {"input": later})
+    check(data["reflect"]["counts"] == dry_counts, "the real run does what the dry run planned", [dry_counts, data])
+    check(len(data["reflect"]["auditRecordIds"]) == sum(data["reflect"]["counts"].values()) > 0, "one audit entry per decision", data)
+
+    async def read_only_reflect(session):
+        result = await session.call_tool("reflect", {"dry_run": True, "actions_csv": "summary,expiry"})
+        text = result.content[0].text
+        check(not result.is_error and text.startswith("### Memory Reflect Report"), "mcp reflect text", text)
+        for part in ["Dry Run: true", "Actions: summarize, expire", "Summarized:", "Promoted:", "Expired:", "Decayed:", "Archived:", "Audit Records: 0"]:
+            check(part in text, f"mcp reflect report shows {part}", text)
+        check(result.structured_content["counts"]["expired"] == 0, "structured report", result.structured_content)
+        result = await session.call_tool("reflect", {"dry_run": False})
+        check(result.is_error and "memory:write" in result.content[0].text, "mcp reflect write with a read-only token", result.content)
+        result = await session.call_tool("reflect", {"dry_run": True, "time_window_hours": -1})
+        check(result.is_error and "time_window_hours" in result.content[0].text, "mcp reflect validation", result.content)
+
+    await mcp_session(ALICE_READ, read_only_reflect)
+    status, answer = rest("GET", f"/{bob_memory}/history", BOB)
+    check(status == 200 and [e["event"] for e in answer] == ["ADD"], "bob's REST memory untouched", answer)
+
     # Bob's atom is untouched, and the forged write landed in Alice's tenant.
     data = gql_ok('query($id: String!) { atom(id: $id) { chain { status content } audit { action } } }', BOB, "bob's atom intact", {"id": bob_atom})
     check(data["atom"]["chain"] == [{"status": "active", "content": "Bob's Redis cluster password rotation happens every Friday"}], "bob's atom unchanged", data)

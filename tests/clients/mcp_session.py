@@ -76,7 +76,7 @@ async def agent_session(session):
     check(init.server_info.name == "hmg", "initialize: server name", init.server_info.name)
 
     tools = {t.name: t for t in (await session.list_tools()).tools}
-    expected = {"memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats"}
+    expected = {"memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"}
     check(set(tools) == expected, "tools/list: names", sorted(tools))
     for name, tool in tools.items():
         check(tool.output_schema is not None, f"tools/list: {name} output schema")
@@ -88,6 +88,7 @@ async def agent_session(session):
     check(tools["memory_stats"].annotations.read_only_hint is True, "stats is read-only")
     check(tools["memory_correct"].annotations.destructive_hint is True, "correct is destructive")
     check(tools["memory_govern"].annotations.destructive_hint is True, "govern is destructive")
+    check(tools["reflect"].annotations.destructive_hint is True, "reflect is destructive")
     check(tools["memory_correct"].input_schema["required"] == ["target_atom", "action", "reason"], "correct: required", tools["memory_correct"].input_schema)
 
     # The seeds' example calls validate against the published input schemas.
@@ -103,6 +104,10 @@ async def agent_session(session):
     }
     for name, example in examples.items():
         jsonschema.Draft202012Validator(tools[name].input_schema).validate(example)
+    # Seed 004's two reflect examples.
+    for example in [{"actions_csv": "summarize,promote,expire,decay,archive", "dry_run": True, "time_window_hours": 24, "limit": 500},
+                    {"actions_csv": "archive", "dry_run": False, "bucket": "personal", "limit": 100}]:
+        jsonschema.Draft202012Validator(tools["reflect"].input_schema).validate(example)
     for name, bad in {"memory_memorize": {"content": 5}, "memory_recall": {}, "memory_correct": {"target_atom": "x", "action": "undo", "reason": "r"}}.items():
         check(not jsonschema.Draft202012Validator(tools[name].input_schema).is_valid(bad), f"schema of {name} rejects {bad}")
 
@@ -177,6 +182,19 @@ async def agent_session(session):
     forged = await ok(session, "memory_memorize", {"content": "Forged scope memory about the zebra project", "scope": {"tenant_id": "mallory", "repository": "elsewhere"}}, "forged scope")
     hits = await ok(session, "memory_recall", {"query": "zebra project"}, "recall forged")
     check(hits["atoms"] and hits["atoms"][0]["atom_id"] == forged["atom_id"], "forged scope: stored in the resolved scope", hits)
+    # reflect: a dry run, then the same run for real, as seed 004 advises.
+    later = {"actions_csv": "decay", "until": "2031-01-01T00:00:00Z"}
+    dry = await session.call_tool("reflect", dict(later, dry_run=True))
+    text = dry.content[0].text
+    check(not dry.is_error and text.startswith("### Memory Reflect Report") and "Dry Run: true" in text, "reflect dry run text", text)
+    real = await session.call_tool("reflect", later)
+    text = real.content[0].text
+    check(not real.is_error and "Dry Run: false" in text, "reflect real run", text)
+    check(real.structured_content["counts"] == dry.structured_content["counts"] and real.structured_content["counts"]["decayed"] > 0, "reflect: same counts", [dry.structured_content, real.structured_content])
+    ids = real.structured_content["audit_record_ids"]
+    check(len(ids) == real.structured_content["counts"]["decayed"] and all(i in text for i in ids[:20]), "reflect: audit ids listed", text)
+    bad = await session.call_tool("reflect", {"actions_csv": "dream"})
+    check(bad.is_error and "dream" in bad.content[0].text, "reflect: unsupported action", bad.content)
     print("session ok")
 
 

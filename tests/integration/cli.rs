@@ -191,3 +191,28 @@ fn eval_reports_bad_files_and_options_as_the_callers_error() {
     let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "keyword=x", "--json"]);
     assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("tune")));
 }
+
+#[test]
+fn reflect_on_disk_expires_past_due_memories_and_the_audit_chain_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let repo = fake_repo(tmp.path(), "acme", "api", "main");
+    let out = hmg(&store, &repo, &["memorize", "The staging freeze lasts until Friday", "--expires-at", "2020-01-01"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    hmg(&store, &repo, &["memorize", "The API gateway is Envoy"]);
+    let dry = json(&hmg(&store, &repo, &["--json", "reflect", "--dry-run"]));
+    assert_eq!(dry["counts"]["expired"], 1, "{dry}");
+    assert_eq!(dry["audit_record_ids"], serde_json::json!([]));
+    let real = json(&hmg(&store, &repo, &["--json", "reflect"]));
+    assert_eq!(real["counts"], dry["counts"], "{real}");
+    assert_eq!(real["audit_record_ids"].as_array().unwrap().len(), 1);
+    let text = String::from_utf8_lossy(&hmg(&store, &repo, &["reflect", "--dry-run", "--actions", "expiry"]).stdout).to_string();
+    assert!(text.starts_with("### Memory Reflect Report") && text.contains("Expired: 0"), "already expired: {text}");
+    let recall = json(&hmg(&store, &repo, &["--json", "recall", "staging freeze"]));
+    assert!(recall["atoms"].as_array().unwrap().iter().all(|a| a["content"] != "The staging freeze lasts until Friday"), "expired memories leave recall: {recall}");
+    let verify = hmg(&store, &repo, &["audit", "verify"]);
+    assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
+    let bad = hmg(&store, &repo, &["reflect", "--until", "tomorrow"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("until"));
+}

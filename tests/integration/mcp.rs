@@ -164,7 +164,7 @@ fn the_inspector_cli_lists_the_tools_and_calls_one() {
     let listed = run(&["--method", "tools/list"]);
     let mut names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["memory_correct", "memory_govern", "memory_handoff", "memory_memorize", "memory_recall", "memory_stats"]);
+    assert_eq!(names, ["memory_correct", "memory_govern", "memory_handoff", "memory_memorize", "memory_recall", "memory_stats", "reflect"]);
     let called = run(&["--method", "tools/call", "--tool-name", "memory_memorize", "--tool-arg", "content=The inspector stored this memory"]);
     assert_eq!(called["isError"], false, "{called}");
     assert_eq!(called["structuredContent"]["effect"], "applied", "{called}");
