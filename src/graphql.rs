@@ -59,33 +59,6 @@ fn memory_error(error: MemoryError) -> async_graphql::Error {
     }
 }
 
-/// reflect's parameters (seed 004); every one optional.
-#[derive(Debug, Clone, Default, InputObject)]
-pub struct ReflectInput {
-    /// Comma-separated actions (default summarize,promote,expire,decay,archive; aliases accepted).
-    pub actions_csv: Option<String>,
-    /// Plan and count only (default false).
-    pub dry_run: Option<bool>,
-    /// Positive look-back window in hours (default 24).
-    pub time_window_hours: Option<f64>,
-    /// ISO 8601 start of the window (overrides the hours).
-    pub since: Option<String>,
-    /// ISO 8601 end of the window (default now).
-    pub until: Option<String>,
-    /// LIKE pattern over workspace/repository@branch.
-    pub path_filter: Option<String>,
-    /// `%` or your own tenant.
-    pub owner_filter: Option<String>,
-    /// `personal`, `%` or a LIKE pattern over repository names.
-    pub bucket: Option<String>,
-    /// `workspace/repository[@branch]`.
-    pub scope: Option<String>,
-    /// Team (workspace).
-    pub team_id: Option<String>,
-    /// Candidate budget (default 500, clamped to 5000).
-    pub limit: Option<i64>,
-}
-
 /// Narrowing scope for recall and writes (the tenant comes from the token).
 #[derive(Debug, Clone, Default, InputObject)]
 pub struct ScopeArg {
@@ -431,22 +404,8 @@ impl MutationRoot {
 
     /// reflect (seed 004): summarize, promote, expire, decay, archive over
     /// your tenant. A dry run needs memory:read, a real run memory:write.
-    async fn reflect(&self, ctx: &Context<'_>, input: Option<ReflectInput>) -> async_graphql::Result<crate::ReflectReport> {
-        let input = input.unwrap_or_default();
-        let request = crate::ReflectRequest {
-            actions_csv: input.actions_csv,
-            dry_run: input.dry_run.unwrap_or(false),
-            time_window_hours: input.time_window_hours,
-            since: input.since,
-            until: input.until,
-            path_filter: input.path_filter,
-            owner_filter: input.owner_filter,
-            bucket: input.bucket,
-            scope: input.scope,
-            team_id: input.team_id,
-            limit: input.limit,
-            fail_after_writes: None,
-        };
+    async fn reflect(&self, ctx: &Context<'_>, input: Option<crate::ReflectRequest>) -> async_graphql::Result<crate::ReflectReport> {
+        let request = input.unwrap_or_default();
         let (principal, memory) = access(ctx, !request.dry_run)?;
         let caller = caller(&principal, None);
         blocking(move || memory.reflect(&caller, request).map_err(memory_error)).await

@@ -52,7 +52,7 @@ pub const BASE: &str = "/api/v1/hetamem/vg";
 pub const MAX_MESSAGES: usize = 200;
 
 /// `user_id`, `agent_id`, `run_id`: which memories a request is about.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScopeIds {
     /// The user (HMG workspace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +93,17 @@ impl ScopeIds {
     }
 }
 
+/// A `user_id`, `agent_id` or `run_id`: 1–200 characters, not blank, no
+/// control characters (as `Scope::normalized` checks).
+fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": crate::scope::MAX_SCOPE_COMPONENT_CHARS,
+        "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    })
+}
+
 /// `POST /add`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -104,15 +115,15 @@ pub struct AddRequest {
     pub messages: Vec<Message>,
     /// The user.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub user_id: Option<String>,
     /// The agent.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub agent_id: Option<String>,
     /// The run.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub run_id: Option<String>,
     /// Extract facts and merge them (default true); false stores each
     /// message's text as it is.
@@ -141,15 +152,15 @@ pub struct SearchRequest {
     pub query: String,
     /// The user.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub user_id: Option<String>,
     /// The agent.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub agent_id: Option<String>,
     /// The run.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 200), extend("type" = "string", "pattern" = "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$"))]
+    #[schemars(schema_with = "id_schema")]
     pub run_id: Option<String>,
     /// Most results (default 10, 1–100).
     #[serde(default)]
@@ -217,10 +228,10 @@ impl MemoryItem {
     }
 }
 
-/// `GET /` query.
+/// The query string of every route but add and search.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct ListQuery {
-    /// The user.
+pub struct RouteQuery {
+    /// The user (on one memory: the user it must belong to).
     #[serde(default)]
     pub user_id: Option<String>,
     /// The agent.
@@ -229,12 +240,22 @@ pub struct ListQuery {
     /// The run.
     #[serde(default)]
     pub run_id: Option<String>,
-    /// Page size (default 100, 1–200).
+    /// List: page size (default 100, 1–200).
     #[serde(default)]
     pub limit: Option<u32>,
-    /// `next_cursor` of the previous page.
+    /// List: `next_cursor` of the previous page.
     #[serde(default)]
     pub after: Option<String>,
+    /// DELETE of one memory: destroy the content of every version
+    /// (tombstone) instead of marking the memory deleted.
+    #[serde(default)]
+    pub purge: Option<bool>,
+}
+
+impl RouteQuery {
+    fn ids(&self) -> ScopeIds {
+        ScopeIds { user_id: self.user_id.clone(), agent_id: self.agent_id.clone(), run_id: self.run_id.clone() }
+    }
 }
 
 /// `GET /` answer.
@@ -245,24 +266,6 @@ pub struct ListResponse {
     /// Pass as `after` for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-}
-
-/// Query of the routes on one memory.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct ItemQuery {
-    /// The user the memory must belong to.
-    #[serde(default)]
-    pub user_id: Option<String>,
-    /// The agent the memory must belong to.
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    /// The run the memory must belong to.
-    #[serde(default)]
-    pub run_id: Option<String>,
-    /// DELETE only: destroy the content of every version (tombstone)
-    /// instead of marking the memory deleted.
-    #[serde(default)]
-    pub purge: Option<bool>,
 }
 
 /// `PUT /{memory_id}`.
@@ -555,9 +558,9 @@ fn scope_filter(ids: &ScopeIds) -> AtomFilter {
 }
 
 #[tracing::instrument(name = "rest_list", skip_all)]
-async fn list(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<ListQuery>, QueryRejection>) -> ApiResult<ListResponse> {
+async fn list(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<RouteQuery>, QueryRejection>) -> ApiResult<ListResponse> {
     let q = query(q)?;
-    let ids = ScopeIds { user_id: q.user_id.clone(), agent_id: q.agent_id.clone(), run_id: q.run_id.clone() };
+    let ids = q.ids();
     require_ids(&ids)?;
     let scope = ids.scope(&principal.tenant)?;
     let limit = q.limit.unwrap_or(100) as usize;
@@ -579,11 +582,11 @@ async fn get_one(
     State(state): State<RestState>,
     axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    q: Result<Query<ItemQuery>, QueryRejection>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
 ) -> ApiResult<MemoryItem> {
     let (text, id) = memory_id(path)?;
     let q = query(q)?;
-    let ids = ScopeIds { user_id: q.user_id, agent_id: q.agent_id, run_id: q.run_id };
+    let ids = q.ids();
     let memory = access(&state, &principal, false)?;
     blocking(move || {
         let atom = current(&memory, &principal, &text, id, &ids)?;
@@ -597,14 +600,14 @@ async fn update(
     State(state): State<RestState>,
     axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    q: Result<Query<ItemQuery>, QueryRejection>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<ChangeResponse> {
     let (text, id) = memory_id(path)?;
     let q = query(q)?;
     let request: UpdateRequest = json_body(&headers, &body)?;
-    let ids = ScopeIds { user_id: q.user_id, agent_id: q.agent_id, run_id: q.run_id };
+    let ids = q.ids();
     let memory = access(&state, &principal, true)?;
     blocking(move || {
         let atom = current(&memory, &principal, &text, id, &ids)?;
@@ -640,12 +643,12 @@ async fn delete_one(
     State(state): State<RestState>,
     axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    q: Result<Query<ItemQuery>, QueryRejection>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
 ) -> ApiResult<ChangeResponse> {
     let (text, id) = memory_id(path)?;
     let q = query(q)?;
     let purge = q.purge.unwrap_or(false);
-    let ids = ScopeIds { user_id: q.user_id, agent_id: q.agent_id, run_id: q.run_id };
+    let ids = q.ids();
     let memory = access(&state, &principal, true)?;
     blocking(move || {
         let atom = current(&memory, &principal, &text, id, &ids)?;
@@ -692,12 +695,12 @@ async fn delete_one(
 }
 
 #[tracing::instrument(name = "rest_delete_all", skip_all)]
-async fn delete_all(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<ItemQuery>, QueryRejection>) -> ApiResult<ChangeResponse> {
+async fn delete_all(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<RouteQuery>, QueryRejection>) -> ApiResult<ChangeResponse> {
     let q = query(q)?;
     if q.purge.is_some() {
         return Err(ApiError::bad(Some("purge"), "purge applies to one memory (DELETE /{memory_id}?purge=true)"));
     }
-    let ids = ScopeIds { user_id: q.user_id, agent_id: q.agent_id, run_id: q.run_id };
+    let ids = q.ids();
     require_ids(&ids)?;
     let scope = ids.scope(&principal.tenant)?;
     let memory = access(&state, &principal, true)?;
@@ -732,11 +735,11 @@ async fn history(
     State(state): State<RestState>,
     axum::Extension(principal): axum::Extension<Principal>,
     path: Result<Path<String>, PathRejection>,
-    q: Result<Query<ItemQuery>, QueryRejection>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
 ) -> ApiResult<Vec<HistoryEvent>> {
     let (text, id) = memory_id(path)?;
     let q = query(q)?;
-    let ids = ScopeIds { user_id: q.user_id, agent_id: q.agent_id, run_id: q.run_id };
+    let ids = q.ids();
     let memory = access(&state, &principal, false)?;
     blocking(move || {
         let atom = current(&memory, &principal, &text, id, &ids)?;

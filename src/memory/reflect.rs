@@ -104,12 +104,15 @@ impl ReflectAction {
     }
 }
 
-/// Input of `reflect`, as the seed names it. Every field is optional.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Input of `reflect`, as the seed names it. Every field is optional. Also
+/// the GraphQL input type `ReflectInput`.
+#[derive(Debug, Clone, Default, PartialEq, async_graphql::InputObject)]
+#[graphql(name = "ReflectInput")]
 pub struct ReflectRequest {
     /// Comma-separated actions (default all five; aliases accepted).
     pub actions_csv: Option<String>,
     /// Plan and count only; write nothing.
+    #[graphql(default)]
     pub dry_run: bool,
     /// Look-back window for summarize/promote in hours (default 24, > 0).
     pub time_window_hours: Option<f64>,
@@ -134,6 +137,7 @@ pub struct ReflectRequest {
     pub limit: Option<i64>,
     /// Test hook: fail before the n-th write (the whole run rolls back).
     #[doc(hidden)]
+    #[graphql(skip)]
     pub fail_after_writes: Option<usize>,
 }
 
