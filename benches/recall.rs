@@ -119,15 +119,29 @@ fn main() {
         // Warm-up (first search commits and loads the reader).
         let _ = memory.recall(&caller, RecallRequest::new("warm up"));
         let mut samples: Vec<Duration> = Vec::new();
+        // The same queries without recording usage (lastRecalledAt,
+        // recallCount: one small store write per recall), interleaved so
+        // both see the same machine load.
+        let mut unrecorded: Vec<Duration> = Vec::new();
         for round in 0..25 {
             for q in QUERIES {
                 let t = Instant::now();
                 let outcome = memory.recall(&caller, RecallRequest::new(format!("{q} {round}"))).expect("recall");
                 samples.push(t.elapsed());
                 assert!(!outcome.atoms.is_empty());
+                let t = Instant::now();
+                memory.recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{q} {round} again")) }).expect("recall");
+                unrecorded.push(t.elapsed());
             }
         }
         samples.sort();
+        unrecorded.sort();
+        println!(
+            "recall at {n:>6} atoms without recording usage: p50={:.3} ms p95={:.3} ms (recording costs {:.2}x at p50)",
+            percentile_ms(&unrecorded, 0.5),
+            percentile_ms(&unrecorded, 0.95),
+            percentile_ms(&samples, 0.5) / percentile_ms(&unrecorded, 0.5).max(1e-9)
+        );
         let p50 = percentile_ms(&samples, 0.5);
         let p95 = percentile_ms(&samples, 0.95);
         println!("recall at {n:>6} atoms, query embedding excluded: p50={p50:.3} ms p95={p95:.3} ms (n={})", samples.len());

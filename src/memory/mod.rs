@@ -210,6 +210,30 @@ pub struct Memory {
     indexes: crate::indexes::Indexes,
     pub(crate) recall_config: crate::recall::RecallConfig,
     ids: Mutex<ulid::Generator>,
+    usage: Mutex<Usage>,
+}
+
+/// Recall usage not yet written: (tenant, atom) → (last recalled, recalls).
+/// Stamps are bookkeeping, so they are batched instead of costing a store
+/// write per recall; a crash may lose the last few seconds of them, never a
+/// memory.
+#[derive(Debug)]
+struct Usage {
+    pending: HashMap<(String, AtomId), (DateTime<Utc>, u64)>,
+    since: std::time::Instant,
+}
+
+/// Pending usage stamps written once there are this many…
+const USAGE_BATCH: usize = 256;
+/// …or once the oldest is this old.
+const USAGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush_usage() {
+            tracing::warn!(%error, "could not write pending recall usage");
+        }
+    }
 }
 
 impl std::fmt::Debug for Memory {
@@ -243,7 +267,13 @@ impl Memory {
         };
         let index_dir = path.map(|p| p.join("index"));
         let indexes = crate::indexes::Indexes::open(index_dir.as_deref(), &store, embedder)?;
-        Ok(Memory { store, indexes, recall_config: options.recall, ids: Mutex::new(ulid::Generator::new()) })
+        Ok(Memory {
+            store,
+            indexes,
+            recall_config: options.recall,
+            ids: Mutex::new(ulid::Generator::new()),
+            usage: Mutex::new(Usage { pending: HashMap::new(), since: std::time::Instant::now() }),
+        })
     }
 
     /// The derived indexes.
@@ -270,6 +300,7 @@ impl Memory {
     /// store's memtables, so the next open does not replay a large
     /// write-ahead log (after a 20k-line import that replay took 17 s).
     pub fn flush(&self) -> Result<()> {
+        self.flush_usage()?;
         self.persist_indexes()?;
         Ok(self.store.flush()?)
     }
@@ -291,6 +322,7 @@ impl Memory {
 
     /// Loads one atom of `tenant` (`None` when it does not exist there).
     pub fn atom(&self, tenant: &str, id: AtomId) -> Result<Option<Atom>> {
+        self.flush_usage()?;
         load_atom(&self.store, tenant, id)
     }
 
@@ -320,19 +352,47 @@ impl Memory {
 }
 
 impl Memory {
-    /// Stamps atoms returned by a recall: `lastRecalledAt` = now and
-    /// `recallCount` + 1. Usage bookkeeping, not a change of memory: no audit
-    /// entry.
+    /// Notes that a recall returned `ids`: `lastRecalledAt` = now and
+    /// `recallCount` + 1, written in batches (see [`USAGE_BATCH`]). Usage
+    /// bookkeeping, not a change of memory: no audit entry.
     pub(crate) fn record_recalls(&self, tenant: &str, ids: &[AtomId]) -> Result<()> {
-        let graph_node = store::tenant_graph(tenant);
-        let graph: GraphNameRef<'_> = graph_node.as_ref().into();
-        let now = crate::audit::datetime_literal(Memory::now());
-        self.store.write(|tx| {
+        let now = Memory::now();
+        let due = {
+            let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if usage.pending.is_empty() {
+                usage.since = std::time::Instant::now();
+            }
             for id in ids {
+                let entry = usage.pending.entry((tenant.to_owned(), *id)).or_insert((now, 0));
+                entry.0 = now;
+                entry.1 += 1;
+            }
+            usage.pending.len() >= USAGE_BATCH || usage.since.elapsed() >= USAGE_MAX_AGE
+        };
+        if due { self.flush_usage() } else { Ok(()) }
+    }
+
+    /// Writes the pending recall usage (one transaction).
+    pub(crate) fn flush_usage(&self) -> Result<()> {
+        let pending = {
+            let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            std::mem::take(&mut usage.pending)
+        };
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.store.write(|tx| {
+            for ((tenant, id), (at, recalls)) in &pending {
+                let graph_node = store::tenant_graph(tenant);
+                let graph: GraphNameRef<'_> = graph_node.as_ref().into();
                 let iri = store::atom_iri(*id);
+                // A tombstoned or unknown atom keeps no usage.
+                if tx.object(iri.as_ref(), hmg::STATUS, graph)?.is_none() {
+                    continue;
+                }
                 let count = tx.object(iri.as_ref(), hmg::RECALL_COUNT, graph)?.as_ref().and_then(literal_value).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
-                tx.set(iri.as_ref(), hmg::LAST_RECALLED_AT, &Term::Literal(now.clone()), graph)?;
-                tx.set(iri.as_ref(), hmg::RECALL_COUNT, &Term::Literal(Literal::from(count + 1)), graph)?;
+                tx.set(iri.as_ref(), hmg::LAST_RECALLED_AT, &Term::Literal(crate::audit::datetime_literal(*at)), graph)?;
+                tx.set(iri.as_ref(), hmg::RECALL_COUNT, &Term::Literal(Literal::from(count + i64::try_from(*recalls).unwrap_or(i64::MAX))), graph)?;
             }
             Ok::<_, MemoryError>(())
         })

@@ -537,6 +537,8 @@ impl Memory {
     pub fn reflect(&self, caller: &Caller, request: ReflectRequest) -> Result<ReflectReport> {
         let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
         let plan = check(caller, &request)?;
+        // Decay and archive read recall usage: write what is pending first.
+        self.flush_usage()?;
         let tenant = &caller.scope.tenant_id;
         let ids: Vec<AtomId> = self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
         let mut scopes = HashMap::new();
