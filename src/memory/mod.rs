@@ -829,14 +829,27 @@ fn write_one(tx: &mut WriteTx<'_>, caller: &Caller, mutation: &Mutation<'_>, aud
 }
 
 /// Removes an atom's content, content hash and entity links (the node, its
-/// status, scope, chain links and audit trail stay).
+/// status, scope, chain links and audit trail stay), and every entity no
+/// other atom mentions: an entity's name is text taken from the content.
 fn destroy_content(tx: &mut WriteTx<'_>, tenant: &str, id: AtomId) -> Result<()> {
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
     let iri = store::atom_iri(id);
+    let mut entities = Vec::new();
     for predicate in [hmg::CONTENT, hmg::CONTENT_HASH, hmg::MENTIONS] {
         for quad in tx.quads(Some(iri.as_ref()), Some(predicate), None, graph)? {
+            if predicate == hmg::MENTIONS {
+                entities.push(quad.object.clone());
+            }
             tx.remove(quad.as_ref());
+        }
+    }
+    for entity in entities {
+        let Term::NamedNode(node) = &entity else { continue };
+        if tx.quads(None, Some(hmg::MENTIONS), Some(&entity), graph)?.is_empty() {
+            for quad in tx.quads(Some(node.as_ref()), None, None, graph)? {
+                tx.remove(quad.as_ref());
+            }
         }
     }
     Ok(())

@@ -68,7 +68,8 @@ fn derive_lesson_seals_the_original_and_links_the_lesson() {
     assert!(err.to_string().contains("tombstone"));
 }
 
-fn files_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
+/// Whether any file under `dir` holds `needle`.
+pub(crate) fn files_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {
         if path.is_dir() {
@@ -91,7 +92,8 @@ fn tombstone_destroys_content_on_disk() {
     let c = caller("hmg");
     let (atom, keep) = {
         let m = Memory::open(dir.path()).unwrap();
-        let atom = remember(&m, &c, &format!("The incident note {marker} mentions the old host"));
+        // Zephyrwick is extracted as an entity: its name is content too.
+        let atom = remember(&m, &c, &format!("The incident note {marker} mentions the old host Zephyrwick"));
         let keep = remember(&m, &c, "Keep this memory: the build uses cargo nextest");
         m.store().flush().unwrap();
         assert!(files_contain(dir.path(), marker.as_bytes()), "the test can see content on disk");
@@ -104,6 +106,7 @@ fn tombstone_destroys_content_on_disk() {
         (atom, keep)
     };
     assert!(!files_contain(dir.path(), marker.as_bytes()), "tombstoned content must be gone from every store file");
+    assert!(!files_contain(dir.path(), b"Zephyrwick"), "an entity only the tombstoned atom mentioned goes with it");
     let m = Memory::open(dir.path()).unwrap();
     let history = m.history(&c, &atom).unwrap();
     assert_eq!(history.chain[0].status, "tombstoned");

@@ -272,3 +272,31 @@ fn schemathesis_finds_no_server_error() {
     assert_eq!(http("GET", &format!("{}/healthz", served.url), None).0, 200, "the server is still up");
     assert!(served.stop().success());
 }
+
+#[test]
+fn purge_destroys_the_text_of_every_version_and_keeps_the_audit_trail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let served = Served::start(&store);
+    let (_, added) = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": "My locker code is 4711-QUOKKA."}], "user_id": "u"})));
+    let id = added["results"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = http("PUT", &api(&served, &format!("/{id}")), Some(&json!({"data": "Locker code is 9999-WOMBAT"})));
+    assert_eq!(status, 200);
+    let (status, purged) = http("DELETE", &api(&served, &format!("/{id}?purge=true")), None);
+    assert_eq!((status, purged["deleted"].as_u64()), (200, Some(2)), "{purged}");
+    let (_, item) = http("GET", &api(&served, &format!("/{id}")), None);
+    assert_eq!(item["status"], "tombstoned", "{item}");
+    let (_, history) = http("GET", &api(&served, &format!("/{id}/history")), None);
+    let text = history.to_string();
+    assert!(!text.contains("QUOKKA") && !text.contains("WOMBAT"), "{history}");
+    let events: Vec<&str> = history.as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["ADD", "UPDATE", "DELETE", "DELETE"], "{history}");
+    assert_eq!(http("POST", &api(&served, "/search"), Some(&json!({"query": "locker code", "user_id": "u"}))).1["results"], json!([]));
+    assert!(served.stop().success());
+    // Gone from every file of the store, not just hidden.
+    for secret in ["QUOKKA", "WOMBAT"] {
+        assert!(!crate::govern::files_contain(&store, secret.as_bytes()), "{secret} is still on disk");
+    }
+    let verify = crate::cli::hmg(&store, tmp.path(), &["audit", "verify"]);
+    assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
+}
