@@ -59,6 +59,10 @@ pub struct RecallConfig {
     pub segment_weight: f32,
     /// Most recent parts embedded on their own (default 4).
     pub max_segments: usize,
+    /// In a dialogue, leave the agent's own lines (`Assistant:`, `AI:`,
+    /// `助手：`, `アシスタント：` …) out of the parts: the user's lines carry
+    /// the cues of the user's memories.
+    pub user_parts_only: bool,
     /// Weight of a second semantic search with the query moved towards the
     /// best results so far (pseudo-relevance feedback; default 0, off).
     pub feedback_weight: f32,
@@ -104,6 +108,7 @@ impl Default for RecallConfig {
             specialist_weight: 1.0,
             segment_weight: 1.5,
             max_segments: 4,
+            user_parts_only: false,
             feedback_weight: 0.0,
             feedback_docs: 3,
             expansion_seeds: 10,
@@ -135,6 +140,7 @@ impl RecallConfig {
             "specialist" => self.specialist_weight = number()?,
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
+            "user_parts" => self.user_parts_only = count()? > 0,
             "feedback" => self.feedback_weight = number()?,
             "feedback_docs" => self.feedback_docs = count()?,
             "hop" => self.hop_decay = number()?,
@@ -154,7 +160,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, user_parts, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -180,7 +186,16 @@ fn query_parts(query: &str, config: &RecallConfig) -> Vec<String> {
     if terms(query, Mode::Query).len() < config.long_query_terms {
         return Vec::new();
     }
-    let lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let mut lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if config.user_parts_only && lines.len() >= 2 {
+        let agent = |line: &str| {
+            let speaker = line.split([':', '：']).next().unwrap_or("").trim().to_lowercase();
+            line.contains([':', '：']) && matches!(speaker.as_str(), "assistant" | "ai" | "agent" | "bot" | "助手" | "助理" | "アシスタント")
+        };
+        if lines.iter().any(|l| !agent(l)) {
+            lines.retain(|l| !agent(l));
+        }
+    }
     let pieces: Vec<String> = if lines.len() >= 2 {
         lines.into_iter().map(str::to_owned).collect()
     } else {

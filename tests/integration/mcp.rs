@@ -235,6 +235,28 @@ fn pre_tool_use_injects_a_proven_scope_and_keeps_every_field() {
     let hits: Value = serde_json::from_slice(&recalled.stdout).unwrap();
     assert_eq!(hits["atoms"][0]["atom_id"], result_of(&out)["structured"]["atom_id"], "tenant-wide, not confined to 'other': {hits}");
 
+    // reflect's own `scope` is a filter: the hook's scope goes beside it, and
+    // the server runs the call in the hooked repository.
+    let reflect_input = json!({"dry_run": true, "scope": "acme/hooked", "actions_csv": "decay"});
+    let out = hook(&store, "pre-tool-use", &json!({"session_id": "s1", "cwd": repo, "hook_event_name": "PreToolUse", "tool_name": "mcp__hmg__reflect", "tool_input": reflect_input}));
+    assert_success(&out, "pre-tool-use for reflect");
+    let updated: Value = serde_json::from_slice::<Value>(&out.stdout).unwrap()["hookSpecificOutput"]["updatedInput"].clone();
+    assert_eq!(updated["scope"], "acme/hooked", "the filter is kept: {updated}");
+    assert_eq!(updated["bound_scope"]["repository"], "hooked", "{updated}");
+    let out = python(&["call", hmg_bin(), store.to_str().unwrap(), elsewhere.to_str().unwrap(), "reflect", &updated.to_string()]);
+    assert_success(&out, "reflect with the hook's input");
+    let result = result_of(&out);
+    assert_eq!(result["is_error"], false, "the filter is inside the hooked boundary: {result}");
+    assert_eq!(result["structured"]["filters"]["scope"], "acme/hooked");
+    // The bound scope is what limits the call: another repository is refused,
+    // though this server (outside any repository) would be tenant-wide.
+    let mut widened = updated.clone();
+    widened["scope"] = json!("acme/other");
+    let out = python(&["call", hmg_bin(), store.to_str().unwrap(), elsewhere.to_str().unwrap(), "reflect", &widened.to_string()]);
+    let result = result_of(&out);
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(result["text"][0].as_str().unwrap().contains("outside your boundary"), "{result}");
+
     // Malformed hook input: a clear error, exit 2.
     let out = hook(&store, "pre-tool-use", &json!("not an object"));
     assert_eq!(out.status.code(), Some(2));

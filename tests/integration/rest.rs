@@ -134,6 +134,10 @@ fn a_preference_changed_twice_leaves_one_memory_and_a_two_step_chain() {
     // An assistant message alone caches an answer.
     let cached = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "assistant", "content": "The deploy script lives in scripts/deploy.sh."}], "agent_id": "ops"}))).1;
     assert_eq!(cached["results"][0]["event"], "ADD", "{cached}");
+    // infer=false stores the messages' text as it is (system messages aside).
+    let raw = http("POST", &api(&served, "/add"), Some(&json!({"infer": false, "agent_id": "raw", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello! I prefer tabs."}]}))).1;
+    assert_eq!(raw["results"].as_array().unwrap().len(), 1, "{raw}");
+    assert_eq!((raw["results"][0]["event"].as_str(), raw["results"][0]["memory"].as_str()), (Some("ADD"), Some("Hello! I prefer tabs.")), "{raw}");
     // DELETE / negates every memory of one scope only.
     let (status, gone) = http("DELETE", &api(&served, "?user_id=alice&agent_id=editor"), None);
     assert_eq!((status, gone["deleted"].as_u64()), (200, Some(1)), "{gone}");
