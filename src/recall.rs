@@ -89,6 +89,10 @@ pub struct RecallConfig {
     pub boost_user: f32,
     /// Multiplier for atoms of another branch of the repository (default 0.90).
     pub boost_other_branch: f32,
+    /// Multiplier bonus, as a fraction, for a memory whose emotional tone
+    /// (joy, sadness, fear, anger; `lexicon/emotion_*.txt`) is the query's
+    /// (default 0).
+    pub emotion_boost: f32,
     /// Largest recency bonus, as a fraction (default 0.05).
     pub recency_bonus: f32,
     /// Half-life of the recency bonus in days (default 30).
@@ -120,6 +124,7 @@ impl Default for RecallConfig {
             boost_possible: 0.92,
             boost_user: 1.05,
             boost_other_branch: 0.90,
+            emotion_boost: 0.0,
             recency_bonus: 0.05,
             recency_half_life_days: 30.0,
         }
@@ -141,6 +146,7 @@ impl RecallConfig {
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
             "user_parts" => self.user_parts_only = count()? > 0,
+            "emotion" => self.emotion_boost = number()?,
             "feedback" => self.feedback_weight = number()?,
             "feedback_docs" => self.feedback_docs = count()?,
             "hop" => self.hop_decay = number()?,
@@ -160,7 +166,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, user_parts, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, user_parts, emotion, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -505,7 +511,11 @@ impl Memory {
         let mut results: Vec<(crate::atom::Atom, Candidate)> = Vec::new();
         // Boosts are bounded, so once a candidate could not reach the current
         // k-th result even with the largest boost, none after it can.
-        let max_boost = config.boost_necessary.max(1.0) * config.boost_user.max(1.0) * (1.0 + config.recency_bonus.max(0.0));
+        let query_emotion = if config.emotion_boost > 0.0 { crate::text::infer_emotion(query) } else { None };
+        let max_boost = config.boost_necessary.max(1.0)
+            * config.boost_user.max(1.0)
+            * (1.0 + config.recency_bonus.max(0.0))
+            * if query_emotion.is_some() { 1.0 + config.emotion_boost } else { 1.0 };
         let mut kth_best: Vec<f32> = Vec::with_capacity(request.max_results + 1);
         let mut scopes = HashMap::new();
         // A hard cap keeps hydration bounded when many scores are close; the
@@ -535,6 +545,11 @@ impl Memory {
             }
             if visibility == Visibility::OtherBranch {
                 boost *= config.boost_other_branch;
+            }
+            if let Some(emotion) = query_emotion
+                && crate::text::infer_emotion(atom.visible_content()) == Some(emotion)
+            {
+                boost *= 1.0 + config.emotion_boost;
             }
             let age_days = (now - atom.created_at).num_seconds().max(0) as f32 / 86_400.0;
             boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));

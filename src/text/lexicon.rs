@@ -1,4 +1,5 @@
-//! Epistemic and polarity inference from the cue files in `lexicon/`.
+//! Epistemic, polarity and emotional-tone inference from the cue files in
+//! `lexicon/`.
 
 use std::sync::LazyLock;
 
@@ -54,6 +55,18 @@ impl CueSet {
         set
     }
 
+    /// How many cues match `text` (each counted once).
+    fn hits(&self, text: &str) -> usize {
+        let mut cjk_text = text.to_owned();
+        for exception in &self.cjk_exceptions {
+            cjk_text = cjk_text.replace(exception.as_str(), " ");
+        }
+        let cjk = self.cjk.iter().filter(|cue| cjk_text.contains(cue.as_str())).count();
+        let words: Vec<Vec<String>> = sentences(text).map(english_words).collect();
+        let english = self.english.iter().filter(|(cue, anchored)| words.iter().any(|w| find_all(w, cue).into_iter().any(|start| !*anchored || start == 0))).count();
+        cjk + english
+    }
+
     fn matches(&self, text: &str) -> bool {
         let mut cjk_text = text.to_owned();
         for exception in &self.cjk_exceptions {
@@ -107,6 +120,39 @@ fn find_all(words: &[String], cue: &[String]) -> Vec<usize> {
     (0..=words.len() - cue.len())
         .filter(|&i| words[i..i + cue.len()] == *cue)
         .collect()
+}
+
+/// The emotional tone of a text, from the `lexicon/emotion_*.txt` cues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emotion {
+    /// Happy, excited, proud …
+    Joy,
+    /// Sad, disappointed, lonely …
+    Sadness,
+    /// Nervous, worried, afraid …
+    Fear,
+    /// Angry, annoyed, frustrated …
+    Anger,
+}
+
+static EMOTIONS: LazyLock<[(Emotion, CueSet); 4]> = LazyLock::new(|| {
+    [
+        (Emotion::Joy, CueSet::parse(include_str!("../../lexicon/emotion_joy.txt"))),
+        (Emotion::Sadness, CueSet::parse(include_str!("../../lexicon/emotion_sadness.txt"))),
+        (Emotion::Fear, CueSet::parse(include_str!("../../lexicon/emotion_fear.txt"))),
+        (Emotion::Anger, CueSet::parse(include_str!("../../lexicon/emotion_anger.txt"))),
+    ]
+});
+
+/// The dominant emotional tone of `text`: the category with the most cue
+/// hits, if one has strictly more than every other.
+pub fn infer_emotion(text: &str) -> Option<Emotion> {
+    let mut counts: Vec<(Emotion, usize)> = EMOTIONS.iter().map(|(e, set)| (*e, set.hits(text))).collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    match (counts.first(), counts.get(1)) {
+        (Some((e, n)), Some((_, m))) if *n > 0 && n > m => Some(*e),
+        _ => None,
+    }
 }
 
 static NECESSARY: LazyLock<CueSet> =
@@ -206,5 +252,18 @@ mod tests {
         assert_eq!(infer_epistemic("42"), Actual);
         assert_eq!(infer_polarity("42"), Affirmative);
         assert_eq!(infer_epistemic(""), Actual);
+    }
+
+    #[test]
+    fn emotional_tone_in_three_languages() {
+        assert_eq!(infer_emotion("Bart danced at the Christmas party and felt very happy."), Some(Emotion::Joy));
+        assert_eq!(infer_emotion("I get a bit nervous before exams and worry a lot."), Some(Emotion::Fear));
+        assert_eq!(infer_emotion("小明的小狗走丢了，他很难过。"), Some(Emotion::Sadness));
+        assert_eq!(infer_emotion("考试前她非常紧张，也很担心。"), Some(Emotion::Fear));
+        assert_eq!(infer_emotion("友達とキャンプに行って、とても楽しかった。"), Some(Emotion::Joy));
+        assert_eq!(infer_emotion("順番を抜かされて腹が立った。"), Some(Emotion::Anger));
+        assert_eq!(infer_emotion("The API rate limit is 100 requests per minute."), None);
+        // A tie is no tone.
+        assert_eq!(infer_emotion("happy but sad"), None);
     }
 }

@@ -11,7 +11,7 @@ mod lexicon;
 mod redact;
 
 pub use entity::{Entity, EntityKind, extract_entities};
-pub use lexicon::{infer_epistemic, infer_polarity};
+pub use lexicon::{Emotion, infer_emotion, infer_epistemic, infer_polarity};
 pub use redact::{Redaction, redact};
 
 use unicode_normalization::UnicodeNormalization;
