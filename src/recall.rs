@@ -360,6 +360,7 @@ impl Memory {
         let parts = if config.segment_weight > 0.0 { query_parts(query, config) } else { Vec::new() };
         if parts.len() >= 2 {
             let mut best: HashMap<AtomId, f32> = HashMap::new();
+            let mut models = 0usize;
             for s in indexes.semantic() {
                 if !s.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == query_language)) {
                     continue;
@@ -381,12 +382,17 @@ impl Memory {
                         *v = v.max((cosine - low) / spread);
                     }
                 }
+                if !per_model.is_empty() {
+                    models += 1;
+                }
                 for (id, v) in per_model {
                     *best.entry(id).or_default() += v;
                 }
             }
             segment_list = best.into_iter().collect();
-            let models = indexes.semantic().len().max(1) as f32;
+            // An average over the models that answered (a model for other
+            // languages sits out and must not halve the list).
+            let models = models.max(1) as f32;
             for (_, v) in &mut segment_list {
                 *v /= models;
             }
