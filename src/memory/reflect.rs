@@ -818,6 +818,30 @@ mod tests {
     }
 
     #[test]
+    fn summaries_speak_the_episodes_language() {
+        let caller = Caller::new(crate::scope::Scope::tenant("t"), "test");
+        let episodes = |texts: &[&str]| -> Vec<Atom> {
+            texts
+                .iter()
+                .map(|t| {
+                    let (mut atom, _) = new_atom(ulid::Ulid::generate(), (*t).to_owned(), Kind::Episode, "user".to_owned(), &caller);
+                    atom.session_id = Some("s9".to_owned());
+                    atom
+                })
+                .collect()
+        };
+        let zh = episodes(&["我们讨论了数据库迁移。", "迁移在周五完成。", "迁移后性能提升了。"]);
+        let text = summarize(&zh.iter().collect::<Vec<_>>(), "s9");
+        assert!(text.starts_with("会话 s9 摘要") && text.contains("／") && text.contains("迁移在周五完成"), "{text}");
+        let ja = episodes(&["新しいサーバーを設定した。", "サーバーの監視を追加した。"]);
+        let text = summarize(&ja.iter().collect::<Vec<_>>(), "s9");
+        assert!(text.starts_with("セッション s9 の要約") && text.contains("サーバーの監視を追加した"), "{text}");
+        let en = episodes(&["We moved the billing database.", "The billing database now runs PostgreSQL 16."]);
+        let text = summarize(&en.iter().collect::<Vec<_>>(), "s9");
+        assert!(text.starts_with("Summary of session s9 (") && text.contains(" / "), "{text}");
+    }
+
+    #[test]
     fn iso8601_forms_and_errors() {
         assert!(parse_iso8601("since", "2026-11-30T08:00:00Z").is_ok());
         assert!(parse_iso8601("since", "2026-11-30T08:00:00+09:00").is_ok());
