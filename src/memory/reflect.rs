@@ -526,7 +526,7 @@ fn summarize(episodes: &[&Atom], group: &str) -> String {
 /// A planned write.
 enum Write {
     Summary { atom: Atom, entities: Vec<crate::text::Entity>, reason: String },
-    Promotion { atom: Atom, entities: Vec<crate::text::Entity>, reason: String },
+    Promotion { atom: Atom, entities: Vec<crate::text::Entity>, sessions: Vec<String>, reason: String },
     Lifecycle { target: Atom, action: ReflectAction, status: Option<Status>, importance: Option<(f64, DateTime<Utc>)>, reason: String },
 }
 
@@ -633,7 +633,7 @@ impl Memory {
                         let (mut atom, entities) = new_atom(self.next_id(), content, Kind::Fact, "reflect".to_owned(), &scope_caller);
                         atom.derived_from = cluster.iter().map(|j| episodes[*j].id).collect();
                         let reason = format!("reflect promote: said in {} sessions ({})", sessions.len(), sessions.join(", "));
-                        writes.push(Write::Promotion { atom, entities, reason });
+                        writes.push(Write::Promotion { atom, entities, sessions, reason });
                     }
                 }
                 ReflectAction::Expire | ReflectAction::Decay | ReflectAction::Archive => {
@@ -684,14 +684,14 @@ impl Memory {
                         content: atom.content.clone().unwrap_or_default(),
                     });
                 }
-                Write::Promotion { atom, reason, .. } => {
+                Write::Promotion { atom, sessions, .. } => {
                     report.counts.promoted += 1;
                     report.promotions.push(ReflectPromotion {
                         atom_id: written(atom.id),
                         scope: atom.scope.display(),
                         content: atom.content.clone().unwrap_or_default(),
                         sources: atom.derived_from.iter().map(ToString::to_string).collect(),
-                        sessions: reason.rsplit_once('(').map(|(_, s)| s.trim_end_matches(')').split(", ").map(str::to_owned).collect()).unwrap_or_default(),
+                        sessions: sessions.clone(),
                     });
                 }
                 Write::Lifecycle { target, action, status, importance, reason } => {
@@ -719,7 +719,7 @@ impl Memory {
                 Write::Summary { atom, entities, reason } => {
                     Mutation { reason: Some(reason.clone()), created: Some((atom, entities.as_slice())), ..Mutation::new("reflect.summarize") }
                 }
-                Write::Promotion { atom, entities, reason } => {
+                Write::Promotion { atom, entities, reason, .. } => {
                     Mutation { reason: Some(reason.clone()), created: Some((atom, entities.as_slice())), ..Mutation::new("reflect.promote") }
                 }
                 Write::Lifecycle { target, action, status, importance, reason } => Mutation {
