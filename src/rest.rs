@@ -95,9 +95,10 @@ impl ScopeIds {
 
 /// A `user_id`, `agent_id` or `run_id`: 1–200 characters, not blank, no
 /// control characters (as `Scope::normalized` checks).
+/// `null` is accepted as absent.
 fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "type": "string",
+        "type": ["string", "null"],
         "minLength": 1,
         "maxLength": crate::scope::MAX_SCOPE_COMPONENT_CHARS,
         "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*\\S[^\\u0000-\\u001f\\u007f-\\u009f]*$",
@@ -107,7 +108,11 @@ fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// `POST /add`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("anyOf" = [{"required": ["user_id"]}, {"required": ["agent_id"]}, {"required": ["run_id"]}]))]
+#[schemars(extend("anyOf" = [
+    {"required": ["user_id"], "properties": {"user_id": {"type": "string"}}},
+    {"required": ["agent_id"], "properties": {"agent_id": {"type": "string"}}},
+    {"required": ["run_id"], "properties": {"run_id": {"type": "string"}}},
+]))]
 pub struct AddRequest {
     /// The conversation, in chat-completions format. A single assistant
     /// message caches an answer.
@@ -145,7 +150,11 @@ pub struct AddResponse {
 /// `POST /search`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("anyOf" = [{"required": ["user_id"]}, {"required": ["agent_id"]}, {"required": ["run_id"]}]))]
+#[schemars(extend("anyOf" = [
+    {"required": ["user_id"], "properties": {"user_id": {"type": "string"}}},
+    {"required": ["agent_id"], "properties": {"agent_id": {"type": "string"}}},
+    {"required": ["run_id"], "properties": {"run_id": {"type": "string"}}},
+]))]
 pub struct SearchRequest {
     /// What to find, in any language.
     #[schemars(length(min = 1, max = 2000), extend("pattern" = "\\S"))]
@@ -571,7 +580,8 @@ async fn list(State(state): State<RestState>, axum::Extension(principal): axum::
     let caller = caller_for(&principal, scope);
     let filter = scope_filter(&ScopeIds::of(&caller.scope));
     blocking(move || {
-        let page = memory.list_atoms(&caller, &filter, q.after.as_deref(), limit)?;
+        let after = q.after.as_deref().filter(|a| !a.trim().is_empty());
+        let page = memory.list_atoms(&caller, &filter, after, limit)?;
         Ok(axum::Json(ListResponse { results: page.atoms.iter().map(MemoryItem::of).collect(), next_cursor: page.next_cursor }))
     })
     .await
@@ -847,7 +857,10 @@ pub fn openapi() -> serde_json::Value {
         map.insert("200".to_owned(), ok);
         serde_json::Value::Object(map)
     };
-    let id_param = |name: &str, description: &str, location: &str| json!({ "name": name, "in": location, "required": false, "description": description, "schema": { "type": "string", "maxLength": 200 } });
+    // A query parameter is a string or absent, never null.
+    let mut id_schema = serde_json::to_value(id_schema(&mut generator)).unwrap_or_default();
+    id_schema["type"] = json!("string");
+    let id_param = |name: &str, description: &str, location: &str| json!({ "name": name, "in": location, "required": false, "description": description, "schema": id_schema.clone() });
     let scope_params = || {
         vec![
             id_param("user_id", "The user (HMG workspace).", "query"),
