@@ -87,10 +87,6 @@ impl ScopeIds {
             ApiError::bad(Some(field), message)
         })
     }
-
-    fn of(scope: &Scope) -> ScopeIds {
-        ScopeIds { user_id: scope.workspace.clone(), agent_id: scope.repository.clone(), run_id: scope.branch.clone() }
-    }
 }
 
 /// A `user_id`, `agent_id` or `run_id`: 1–200 characters, not blank, no
@@ -555,11 +551,12 @@ async fn search(State(state): State<RestState>, axum::Extension(principal): axum
     .await
 }
 
-fn scope_filter(ids: &ScopeIds) -> AtomFilter {
+/// The active memories of exactly `scope` (its user, agent and, if given, run).
+fn scope_filter(scope: &Scope) -> AtomFilter {
     AtomFilter {
-        workspace: ids.user_id.clone(),
-        repository: ids.agent_id.clone(),
-        branch: ids.run_id.clone(),
+        workspace: scope.workspace.clone(),
+        repository: scope.repository.clone(),
+        branch: scope.branch.clone(),
         status: Some(Status::Active.as_str().to_owned()),
         exact_scope: true,
         ..AtomFilter::default()
@@ -578,7 +575,7 @@ async fn list(State(state): State<RestState>, axum::Extension(principal): axum::
     }
     let memory = access(&state, &principal, false)?;
     let caller = caller_for(&principal, scope);
-    let filter = scope_filter(&ScopeIds::of(&caller.scope));
+    let filter = scope_filter(&caller.scope);
     blocking(move || {
         let after = q.after.as_deref().filter(|a| !a.trim().is_empty());
         let page = memory.list_atoms(&caller, &filter, after, limit)?;
@@ -716,7 +713,7 @@ async fn delete_all(State(state): State<RestState>, axum::Extension(principal): 
     let memory = access(&state, &principal, true)?;
     blocking(move || {
         let caller = caller_for(&principal, scope);
-        let filter = scope_filter(&ScopeIds::of(&caller.scope));
+        let filter = scope_filter(&caller.scope);
         let mut deleted = 0;
         loop {
             // Each negation leaves the filter: always read the first page.

@@ -57,7 +57,8 @@ fn subject_terms(text: &str) -> HashSet<String> {
     terms(text, Mode::Query).into_iter().filter(|t| !NEGATION_TERMS.contains(&t.as_str())).collect()
 }
 
-fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
+/// Term overlap of two statements (intersection over union).
+pub(super) fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
     let union = a.union(b).count();
     if union == 0 { 0.0 } else { a.intersection(b).count() as f32 / union as f32 }
 }

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::merge::jaccard;
 use super::write::{initial_importance, new_atom};
 use super::{Caller, FailAfter, Memory, MemoryError, Mutation, Result};
 use crate::atom::{Atom, AtomId, Epistemic, Kind, Status};
@@ -486,11 +487,6 @@ fn group_of(atom: &Atom) -> String {
 
 fn term_set(text: &str) -> HashSet<String> {
     terms(text, Mode::Query).into_iter().collect()
-}
-
-fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
-    let union = a.union(b).count();
-    if union == 0 { 0.0 } else { a.intersection(b).count() as f32 / union as f32 }
 }
 
 /// An extractive summary: the most central sentences, in time order.
