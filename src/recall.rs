@@ -47,6 +47,9 @@ pub struct RecallConfig {
     /// four times as many): keyword scores get noisier as queries grow into
     /// sentences and dialogues, embeddings do not (default 16).
     pub long_query_terms: usize,
+    /// Largest growth of the semantic weight with query length, in doublings
+    /// (default 1.0: at most twice the weight).
+    pub long_query_doublings: f32,
     /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
     /// Relative weight, within the semantic share, of a model made for a
@@ -57,6 +60,11 @@ pub struct RecallConfig {
     /// lines or sentences (a dialogue): each part is embedded on its own and
     /// a memory scores its best match with any part (default 1.5).
     pub segment_weight: f32,
+    /// Multiplier of the keyword weight for queries of several parts (a
+    /// dialogue): their words come from every turn, greetings and the agent's
+    /// replies included, so the whole-text keyword match is the noisiest list
+    /// (default 0.7).
+    pub part_keyword_factor: f32,
     /// Most recent parts embedded on their own (default 4).
     pub max_segments: usize,
     /// In a dialogue, leave the agent's own lines (`Assistant:`, `AI:`,
@@ -89,6 +97,11 @@ pub struct RecallConfig {
     pub boost_user: f32,
     /// Multiplier for atoms of another branch of the repository (default 0.90).
     pub boost_other_branch: f32,
+    /// Multiplier for a memory attributed to someone the query names (a
+    /// conversation turn spoken by the person asked about: questions about
+    /// a person are mostly answered by what that person said). Only custom
+    /// sources count, not `user` or `agent` (default 1.3).
+    pub boost_named_source: f32,
     /// Multiplier bonus, as a fraction, for a memory whose emotional tone
     /// (joy, sadness, fear, anger; `lexicon/emotion_*.txt`) is the query's
     /// (default 0).
@@ -108,9 +121,11 @@ impl Default for RecallConfig {
             keyword_weight: 1.0,
             semantic_weight: 1.0,
             long_query_terms: 16,
+            long_query_doublings: 1.0,
             entity_weight: 0.3,
             specialist_weight: 1.0,
             segment_weight: 1.5,
+            part_keyword_factor: 0.7,
             max_segments: 4,
             user_parts_only: false,
             feedback_weight: 0.0,
@@ -124,6 +139,7 @@ impl Default for RecallConfig {
             boost_possible: 0.92,
             boost_user: 1.05,
             boost_other_branch: 0.90,
+            boost_named_source: 1.3,
             emotion_boost: 0.0,
             recency_bonus: 0.05,
             recency_half_life_days: 30.0,
@@ -145,8 +161,10 @@ impl RecallConfig {
             "specialist" => self.specialist_weight = number()?,
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
+            "dialogue_keyword" => self.part_keyword_factor = number()?,
             "user_parts" => self.user_parts_only = count()? > 0,
             "emotion" => self.emotion_boost = number()?,
+            "speaker" => self.boost_named_source = number()?,
             "feedback" => self.feedback_weight = number()?,
             "feedback_docs" => self.feedback_docs = count()?,
             "hop" => self.hop_decay = number()?,
@@ -155,6 +173,7 @@ impl RecallConfig {
             "window" => self.session_window = count()?,
             "seeds" => self.expansion_seeds = count()?,
             "long" => self.long_query_terms = count()?,
+            "long_doublings" => self.long_query_doublings = number()?,
             "candidates" => self.candidates = count()?.max(1),
             "degree" => self.max_entity_degree = count()?,
             "fusion" => {
@@ -166,7 +185,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, user_parts, emotion, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, dialogue_keyword, user_parts, emotion, speaker, feedback, feedback_docs, hop, entity_hop, window, seeds, long, long_doublings, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -183,6 +202,17 @@ impl RecallConfig {
         }
         Ok(())
     }
+}
+
+/// Whether the query names a memory's custom source (a speaker): every term
+/// of the source's name is a query term. `user`, `agent` and empty sources
+/// name nobody.
+fn names_source(query_terms: &std::collections::HashSet<String>, source: &str) -> bool {
+    if matches!(source, "user" | "agent" | "") || query_terms.is_empty() {
+        return false;
+    }
+    let terms = crate::text::analyze::terms(source, crate::text::analyze::Mode::Query);
+    !terms.is_empty() && terms.iter().all(|t| query_terms.contains(t))
 }
 
 /// The most recent parts of a long query: its lines, or its sentences when
@@ -357,8 +387,8 @@ impl Memory {
         // Long queries of several parts: each part embedded alone, a memory
         // scoring its best calibrated match with any part.
         let mut segment_list: Vec<(AtomId, f32)> = Vec::new();
-        let parts = if config.segment_weight > 0.0 { query_parts(query, config) } else { Vec::new() };
-        if parts.len() >= 2 {
+        let parts = query_parts(query, config);
+        if parts.len() >= 2 && config.segment_weight > 0.0 {
             let mut best: HashMap<AtomId, f32> = HashMap::new();
             let mut models = 0usize;
             for s in indexes.semantic() {
@@ -401,21 +431,22 @@ impl Memory {
         tracing::debug!(keyword = keyword.len(), semantic = semantic_lists.len(), entity = entity_list.len(), elapsed_us = started.elapsed().as_micros() as u64, "candidates");
 
         // Fusion.
+        let keyword_weight = if parts.len() >= 2 { config.keyword_weight * config.part_keyword_factor.max(0.0) } else { config.keyword_weight };
         let mut candidates: HashMap<AtomId, Candidate> = HashMap::new();
         let max_keyword = keyword.first().map_or(1.0, |h| h.1.max(f32::EPSILON));
         for (rank, (id, score)) in keyword.iter().enumerate() {
             let c = candidates.entry(*id).or_default();
             c.explain.keyword = Some((rank + 1, *score));
             c.score += match config.fusion {
-                Fusion::Rrf => config.keyword_weight / (config.rrf_k + rank as f32 + 1.0),
-                Fusion::Mix => config.keyword_weight * score / max_keyword,
+                Fusion::Rrf => keyword_weight / (config.rrf_k + rank as f32 + 1.0),
+                Fusion::Mix => keyword_weight * score / max_keyword,
             };
         }
         // Cosine ranges differ between models (e5 crowds them near 0.8), so
         // mixing calibrates each list per query: min–max over its candidates.
         // The semantic weight is shared between the models that answered.
         let query_terms = crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).len().max(1) as f32;
-        let length_factor = 1.0 + ((query_terms / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, 1.0);
+        let length_factor = 1.0 + ((query_terms / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, config.long_query_doublings.max(0.0));
         let semantic_weight = config.semantic_weight * length_factor;
         let total_share = semantic_lists.iter().map(|(w, _)| w).sum::<f32>().max(f32::EPSILON);
         for (model_weight, semantic) in &semantic_lists {
@@ -445,7 +476,7 @@ impl Memory {
             let c = candidates.entry(*id).or_default();
             c.score += config.segment_weight * value;
         }
-        let active_weights = config.keyword_weight
+        let active_weights = keyword_weight
             + if semantic_lists.is_empty() { 0.0 } else { semantic_weight }
             + if segment_list.is_empty() { 0.0 } else { config.segment_weight }
             + if entity_list.is_empty() { 0.0 } else { config.entity_weight };
@@ -517,10 +548,16 @@ impl Memory {
         let mut results: Vec<(crate::atom::Atom, Candidate)> = Vec::new();
         // Boosts are bounded, so once a candidate could not reach the current
         // k-th result even with the largest boost, none after it can.
+        let query_terms: std::collections::HashSet<String> = if config.boost_named_source != 1.0 {
+            crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).into_iter().collect()
+        } else {
+            Default::default()
+        };
         let query_emotion = if config.emotion_boost > 0.0 { crate::text::infer_emotion(query) } else { None };
         let max_boost = config.boost_necessary.max(1.0)
             * config.boost_user.max(1.0)
             * (1.0 + config.recency_bonus.max(0.0))
+            * config.boost_named_source.max(1.0)
             * if query_emotion.is_some() { 1.0 + config.emotion_boost } else { 1.0 };
         let mut kth_best: Vec<f32> = Vec::with_capacity(request.max_results + 1);
         let mut scopes = HashMap::new();
@@ -551,6 +588,9 @@ impl Memory {
             }
             if visibility == Visibility::OtherBranch {
                 boost *= config.boost_other_branch;
+            }
+            if config.boost_named_source != 1.0 && names_source(&query_terms, &atom.source) {
+                boost *= config.boost_named_source;
             }
             if let Some(emotion) = query_emotion
                 && crate::text::infer_emotion(atom.visible_content()) == Some(emotion)

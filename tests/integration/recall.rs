@@ -224,3 +224,37 @@ fn multilingual_semantic_recall_with_e5() {
     assert_eq!(ids(&m, &c, "山登りの計画")[0], ja);
     assert_eq!(ids(&m, &c, "piano competition")[0], zh, "cross-lingual: English query, Chinese memory");
 }
+
+#[test]
+fn a_query_naming_a_speaker_favours_what_that_speaker_said() {
+    let m = memory();
+    let c = caller("hmg");
+    let said = |source: &str, content: &str| {
+        let outcome = m.memorize(&c, hmg::MemorizeRequest::new(content).with_source(source)).unwrap();
+        outcome.atom_id.unwrap()
+    };
+    let caroline = said("Caroline", "I signed up for a pottery class last week");
+    let melanie = said("Melanie", "I signed up for a pottery class on Friday");
+    let xiaolin = said("小林", "我报名了周末的陶艺课");
+    let xiaowang = said("小王", "我也报名了周末的陶艺课程");
+    let boost_of = |query: &str, id: &str| {
+        let outcome = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new(query) }).unwrap();
+        outcome.atoms.iter().find(|a| a.atom_id == id).and_then(|a| a.explain.as_ref()).map(|e| e.boost).unwrap_or_else(|| panic!("{id} not recalled for {query}"))
+    };
+    let config = hmg::recall::RecallConfig::default();
+    for (query, named, other) in [
+        ("What class did Melanie sign up for?", &melanie, &caroline),
+        ("小林报名了什么课", &xiaolin, &xiaowang),
+    ] {
+        let ratio = boost_of(query, named) / boost_of(query, other);
+        assert!((ratio - config.boost_named_source).abs() < 0.01, "{query}: boost ratio {ratio}");
+        assert_eq!(ids(&m, &c, query)[0], *named, "{query}");
+    }
+    // Nobody named: no attribution boost either way.
+    let ratio = boost_of("pottery class", &melanie) / boost_of("pottery class", &caroline);
+    assert!((ratio - 1.0).abs() < 0.01, "{ratio}");
+    // `user` is not a name: a query containing the word gets no boost for it.
+    let own = remember(&m, &c, "The user signed up for a pottery class too");
+    let ratio = boost_of("pottery class user", &own) / boost_of("pottery class", &own);
+    assert!((ratio - 1.0).abs() < 0.01, "{ratio}");
+}
