@@ -65,6 +65,9 @@ pub struct RecallConfig {
     /// replies included, so the whole-text keyword match is the noisiest list
     /// (default 0.7).
     pub part_keyword_factor: f32,
+    /// Multiplier per part of distance from the last part of a dialogue
+    /// query (default 0.9: the latest turns are what the next reply answers).
+    pub part_decay: f32,
     /// Most recent parts embedded on their own (default 4).
     pub max_segments: usize,
     /// In a dialogue, leave the agent's own lines (`Assistant:`, `AI:`,
@@ -126,6 +129,7 @@ impl Default for RecallConfig {
             specialist_weight: 1.0,
             segment_weight: 1.5,
             part_keyword_factor: 0.7,
+            part_decay: 0.9,
             max_segments: 4,
             user_parts_only: false,
             feedback_weight: 0.0,
@@ -161,6 +165,7 @@ impl RecallConfig {
             "specialist" => self.specialist_weight = number()?,
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
+            "part_decay" => self.part_decay = number()?,
             "dialogue_keyword" => self.part_keyword_factor = number()?,
             "user_parts" => self.user_parts_only = count()? > 0,
             "emotion" => self.emotion_boost = number()?,
@@ -185,7 +190,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, dialogue_keyword, user_parts, emotion, speaker, feedback, feedback_docs, hop, entity_hop, window, seeds, long, long_doublings, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, part_decay, dialogue_keyword, user_parts, emotion, speaker, feedback, feedback_docs, hop, entity_hop, window, seeds, long, long_doublings, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -396,7 +401,8 @@ impl Memory {
                     continue;
                 }
                 let mut per_model: HashMap<AtomId, f32> = HashMap::new();
-                for part in &parts {
+                for (index, part) in parts.iter().enumerate() {
+                    let weight = config.part_decay.clamp(0.0, 1.0).powi((parts.len() - 1 - index) as i32);
                     let vector = match s.embed_query(part) {
                         Ok(vector) => vector,
                         Err(error) => {
@@ -409,7 +415,7 @@ impl Memory {
                     let spread = (high - low).max(f32::EPSILON);
                     for (id, cosine) in hits {
                         let v = per_model.entry(id).or_default();
-                        *v = v.max((cosine - low) / spread);
+                        *v = v.max(weight * (cosine - low) / spread);
                     }
                 }
                 if !per_model.is_empty() {
@@ -651,5 +657,43 @@ impl Memory {
         list.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         list.truncate(config.candidates);
         list.into_iter().map(|(id, _)| id).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::analyze::{Mode, terms};
+
+    fn query_terms(query: &str) -> std::collections::HashSet<String> {
+        terms(query, Mode::Query).into_iter().collect()
+    }
+
+    #[test]
+    fn a_source_is_named_when_every_term_of_it_is_in_the_query() {
+        let q = query_terms("What did Caroline say about the adoption agency?");
+        assert!(names_source(&q, "Caroline"));
+        assert!(!names_source(&q, "Melanie"));
+        assert!(!names_source(&query_terms("What did Mary say?"), "Mary Ann"), "every term of a two-word name");
+        assert!(names_source(&query_terms("Mary Ann's plans"), "Mary Ann"));
+        assert!(names_source(&query_terms("小林报名了什么课"), "小林"));
+        assert!(names_source(&query_terms("田中さんの趣味は何ですか"), "田中"));
+        for nobody in ["user", "agent", ""] {
+            assert!(!names_source(&query_terms("what the user and the agent said"), nobody), "{nobody:?}");
+        }
+        assert!(!names_source(&query_terms(""), "Caroline"));
+    }
+
+    #[test]
+    fn long_queries_split_into_their_latest_parts() {
+        let config = RecallConfig::default();
+        assert!(query_parts("pottery class with Melanie", &config).is_empty(), "a short query is one part");
+        let dialogue = (1..=6)
+            .map(|i| format!("Bart: \"turn number {i} talks about magic tricks, parties and performance outfits\""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parts = query_parts(&dialogue, &config);
+        assert_eq!(parts.len(), config.max_segments);
+        assert!(parts[0].contains("number 3") && parts[3].contains("number 6"), "{parts:?}");
     }
 }
