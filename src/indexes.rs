@@ -164,7 +164,28 @@ impl Indexes {
         }
         let indexes = Indexes { keyword, semantic, graph: RwLock::new(GraphIndex::new()), semantic_note };
         indexes.catch_up(store, &mut |_, _, _| {})?;
+        if indexes.keyword.purge_pending() {
+            tracing::info!("finishing an index purge interrupted before the last shutdown");
+            indexes.purge()?;
+        }
         Ok(indexes)
+    }
+
+    /// Records, durably, that a write about to commit destroys content, so
+    /// that [`Indexes::purge`] runs even if the process dies before it.
+    pub fn mark_purge_pending(&self) -> Result<(), IndexError> {
+        Ok(self.keyword.mark_purge_pending()?)
+    }
+
+    /// After content was destroyed: removes every trace of removed documents
+    /// from the files of the indexes (keyword segments merged, vectors
+    /// rewritten).
+    pub fn purge(&self) -> Result<(), IndexError> {
+        for s in &self.semantic {
+            s.vectors.persist()?;
+        }
+        self.keyword.purge()?;
+        Ok(())
     }
 
     /// Why semantic search is off, if it is.

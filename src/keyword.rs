@@ -10,8 +10,13 @@
 //!   documents, which the change feed replays at the next open.
 //! - Searches are confined to a tenant, its visible repositories and the
 //!   requested statuses inside the query itself.
+//! - A deleted document's terms stay in its segment's files until the
+//!   segment is merged, so after a tombstone [`KeywordIndex::purge`] merges
+//!   every segment with deletions and removes the old files. A marker file
+//!   written before the tombstone commits makes an interrupted purge finish
+//!   at the next open.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -25,6 +30,8 @@ use crate::atom::AtomId;
 use crate::text::analyze::{self, Mode};
 
 const TOKENIZER: &str = "hmg";
+/// Present while deleted documents' terms may remain in segment files.
+const PURGE_MARKER: &str = "purge-pending";
 /// Writer memory budget.
 const WRITER_BUDGET_BYTES: usize = 50_000_000;
 
@@ -37,6 +44,14 @@ pub enum KeywordError {
     /// The index directory could not be opened.
     #[error("keyword index directory: {0}")]
     Directory(#[from] tantivy::directory::error::OpenDirectoryError),
+    /// The purge marker could not be written or removed.
+    #[error("keyword index purge marker {path}: {source}")]
+    Marker {
+        /// The marker file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// What the keyword index stores about an atom.
@@ -103,6 +118,7 @@ struct Fields {
 
 /// The Tantivy index.
 pub struct KeywordIndex {
+    dir: Option<PathBuf>,
     index: Index,
     fields: Fields,
     writer: Mutex<IndexWriter>,
@@ -158,6 +174,7 @@ impl KeywordIndex {
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let applied = applied_version_of(&index);
         Ok(KeywordIndex {
+            dir: dir.map(Path::to_path_buf),
             index,
             fields,
             writer: Mutex::new(writer),
@@ -212,6 +229,49 @@ impl KeywordIndex {
         prepared.set_payload(&version.to_string());
         prepared.commit()?;
         self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Records, durably, that deleted documents' terms must be purged: call
+    /// before the write that destroys content commits.
+    pub fn mark_purge_pending(&self) -> Result<(), KeywordError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let path = dir.join(PURGE_MARKER);
+        let marker = |source| KeywordError::Marker { path: path.clone(), source };
+        let file = std::fs::File::create(&path).map_err(marker)?;
+        file.sync_all().map_err(marker)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(marker)
+    }
+
+    /// Whether a purge was marked and has not finished.
+    pub fn purge_pending(&self) -> bool {
+        self.dir.as_ref().is_some_and(|dir| dir.join(PURGE_MARKER).exists())
+    }
+
+    /// Commits pending deletions, merges every segment holding deleted
+    /// documents (a merge keeps only live documents and their terms) and
+    /// removes the files no longer used; then clears the purge marker.
+    pub fn purge(&self) -> Result<(), KeywordError> {
+        self.dirty.store(true, Ordering::SeqCst);
+        self.refresh()?;
+        {
+            let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let with_deletes: Vec<tantivy::index::SegmentId> =
+                self.index.searchable_segment_metas()?.into_iter().filter(|m| m.has_deletes()).map(|m| m.id()).collect();
+            if !with_deletes.is_empty() {
+                writer.merge(&with_deletes).wait()?;
+            }
+            writer.garbage_collect_files().wait()?;
+        }
+        self.reader.reload()?;
+        if let Some(dir) = &self.dir {
+            let path = dir.join(PURGE_MARKER);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(KeywordError::Marker { path, source }),
+            }
+        }
         Ok(())
     }
 

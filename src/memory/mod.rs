@@ -726,6 +726,7 @@ impl Memory {
         let destroys = mutations.iter().any(|m| m.destroy_content);
         if destroys {
             self.store.mark_vacuum_pending()?;
+            self.indexes.mark_purge_pending()?;
         }
         let span = tracing::info_span!("write", action = %mutations[0].action, %tenant, mutations = mutations.len());
         let _entered = span.enter();
@@ -767,6 +768,9 @@ impl Memory {
         if let Err(error) = self.indexes.on_change(&self.store, tenant, &touched, version, vectors) {
             // The write is committed; the indexes catch up at the next open.
             tracing::error!(%error, version, "index update failed after a committed write");
+        } else if destroys && let Err(error) = self.indexes.purge() {
+            // The marker stays: the purge is retried at the next open.
+            tracing::error!(%error, version, "index purge failed after a tombstone");
         }
         Ok(audit_ids)
     }

@@ -85,6 +85,16 @@ pub(crate) fn files_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
     false
 }
 
+/// Whether any segment file of the keyword index under `index` still has
+/// `term` in its term dictionary (deleted documents' terms included: the
+/// dictionary is compressed, so a byte search cannot tell).
+fn keyword_files_hold(index: &std::path::Path, term: &str) -> bool {
+    let index = tantivy::Index::open_in_dir(index.join("keyword")).unwrap();
+    let text = index.schema().get_field("text").unwrap();
+    let searcher = index.reader().unwrap().searcher();
+    searcher.segment_readers().iter().any(|segment| segment.inverted_index(text).unwrap().terms().get(term.as_bytes()).unwrap().is_some())
+}
+
 #[test]
 fn tombstone_destroys_content_on_disk() {
     let dir = tempfile::tempdir().unwrap();
@@ -97,6 +107,11 @@ fn tombstone_destroys_content_on_disk() {
         let keep = remember(&m, &c, "Keep this memory: the build uses cargo nextest");
         m.store().flush().unwrap();
         assert!(files_contain(dir.path(), marker.as_bytes()), "the test can see content on disk");
+        // The keyword index holds analyzed terms (lowercased), not the text;
+        // it commits lazily, at the next search.
+        assert_eq!(m.recall(&c, hmg::RecallRequest::new("Zephyrwick")).unwrap().atoms[0].atom_id, atom);
+        let index = dir.path().join("index");
+        assert!(keyword_files_hold(&index, "zephyrwick"), "the test can see an indexed term on disk");
         let out = m.govern(&c, request(&atom, GovernAction::Tombstone, None)).unwrap();
         assert_eq!(out.effect, Effect::Applied);
         let stored = m.atom("alice", id(&atom)).unwrap().unwrap();
@@ -107,10 +122,40 @@ fn tombstone_destroys_content_on_disk() {
     };
     assert!(!files_contain(dir.path(), marker.as_bytes()), "tombstoned content must be gone from every store file");
     assert!(!files_contain(dir.path(), b"Zephyrwick"), "an entity only the tombstoned atom mentioned goes with it");
+    assert!(!keyword_files_hold(&dir.path().join("index"), "zephyrwick"), "the keyword index's segment files keep no term of destroyed content");
+    assert!(!dir.path().join("index/keyword/purge-pending").exists(), "the purge finished");
     let m = Memory::open(dir.path()).unwrap();
     let history = m.history(&c, &atom).unwrap();
     assert_eq!(history.chain[0].status, "tombstoned");
     assert!(history.audit.iter().any(|e| e.action == "govern.tombstone"));
     assert_eq!(m.atom("alice", id(&keep)).unwrap().unwrap().content.as_deref(), Some("Keep this memory: the build uses cargo nextest"));
     assert!(m.verify_audit(None).unwrap().iter().all(|t| t.first_broken.is_none()));
+}
+
+#[test]
+fn an_index_purge_interrupted_by_a_crash_finishes_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = caller("hmg");
+    {
+        let m = Memory::open(dir.path()).unwrap();
+        let atom = remember(&m, &c, "The old host Quillmoor serves the wiki");
+        // A second document keeps the segment alive (a segment whose every
+        // document is deleted is dropped at commit).
+        remember(&m, &c, "The new host Brackenfell serves the wiki");
+        m.recall(&c, hmg::RecallRequest::new("Quillmoor")).unwrap();
+        // A status change rewrites the atom's document: the old one is deleted.
+        m.govern(&c, request(&atom, GovernAction::Quarantine, None)).unwrap();
+        m.recall(&c, hmg::RecallRequest::new("Quillmoor")).unwrap();
+    }
+    let keyword = dir.path().join("index/keyword");
+    let deleted = || {
+        let index = tantivy::Index::open_in_dir(&keyword).unwrap();
+        index.searchable_segment_metas().unwrap().iter().map(|m| m.num_deleted_docs()).sum::<u32>()
+    };
+    assert!(deleted() > 0, "the test needs a segment with a deleted document");
+    // What a crash between the tombstone's commit and its purge leaves.
+    std::fs::write(keyword.join("purge-pending"), b"").unwrap();
+    drop(Memory::open(dir.path()).unwrap());
+    assert_eq!(deleted(), 0, "the purge ran at open");
+    assert!(!keyword.join("purge-pending").exists());
 }
