@@ -152,9 +152,11 @@ impl Default for RecallConfig {
 }
 
 impl RecallConfig {
-    /// Sets one parameter by name (`keyword`, `semantic`, `entity`, `hop`,
+    /// Sets one parameter by name (`keyword`, `semantic`, `entity`,
+    /// `speaker`, `segment`, `part_decay`, `dialogue_keyword`, `hop`,
     /// `window`, `seeds`, `long`, `candidates`, `degree`, `rrf_k`,
-    /// `fusion` = mix | rrf), for experiments such as `hmg eval --tune`.
+    /// `fusion` = mix | rrf, …; an unknown name lists them all), for
+    /// experiments such as `hmg eval --tune`.
     pub fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), String> {
         let number = || value.trim().parse::<f32>().map_err(|e| format!("{name}: '{value}' is not a number ({e})"));
         let count = || value.trim().parse::<usize>().map_err(|e| format!("{name}: '{value}' is not a whole number ({e})"));

@@ -202,8 +202,10 @@ pub enum Command {
         #[arg(long, default_value = "mix")]
         fusion: String,
         /// Recall parameters to try, `name=value,…` (keyword, semantic, entity,
-        /// hop, window, seeds, long, candidates, degree, rrf_k, fusion). Repeat
-        /// to score several settings on one ingestion.
+        /// speaker, segment, segments, part_decay, dialogue_keyword, hop,
+        /// window, seeds, long, candidates, degree, rrf_k, fusion, …; an
+        /// unknown name lists them all). Repeat to score several settings on
+        /// one ingestion.
         #[arg(long)]
         tune: Vec<String>,
     },
