@@ -349,6 +349,7 @@ impl Indexes {
     }
 
     fn build_graph(&self, store: &Store) -> Result<(), IndexError> {
+        let started = std::time::Instant::now();
         let mut links: HashMap<AtomId, AtomLinks> = HashMap::new();
         for row in store.select_all_graphs(NamedQuery::GraphLinks, &[])? {
             let (Some(Term::NamedNode(graph)), Some(id)) = (row.get("g"), row.get("atom").and_then(store::atom_id_of)) else { continue };
@@ -371,6 +372,7 @@ impl Indexes {
             graph.upsert(*id, links);
         }
         *self.graph_mut() = graph;
+        tracing::debug!(atoms = links.len(), elapsed_ms = started.elapsed().as_millis() as u64, "graph index built");
         Ok(())
     }
 

@@ -295,6 +295,11 @@ pub struct Explain {
     pub semantic: Option<(usize, f32)>,
     /// Rank in the query-entity list.
     pub entity: Option<usize>,
+    /// For a query of several parts (a dialogue): the best calibrated match
+    /// with one part, later parts weighing more, averaged over the models
+    /// (0–1, before the list's weight).
+    #[serde(default)]
+    pub segment: Option<f32>,
     /// Fused score before expansion and boosts (0–1).
     pub fused: f32,
     /// Graph expansion: contributing seed, link and amount.
@@ -482,6 +487,7 @@ impl Memory {
         }
         for (id, value) in &segment_list {
             let c = candidates.entry(*id).or_default();
+            c.explain.segment = Some(*value);
             c.score += config.segment_weight * value;
         }
         let active_weights = keyword_weight
@@ -608,7 +614,9 @@ impl Memory {
             let age_days = (now - atom.created_at).num_seconds().max(0) as f32 / 86_400.0;
             boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));
             candidate.explain.boost = boost;
-            candidate.score = (candidate.score * boost).clamp(0.0, 1.0);
+            // Ranked on the boosted score; shown clamped to 0–1 (clamping
+            // before sorting would tie every strong match at 1.0).
+            candidate.score = (candidate.score * boost).max(0.0);
             let position = kth_best.partition_point(|s| *s >= candidate.score);
             kth_best.insert(position, candidate.score);
             kth_best.truncate(request.max_results);
@@ -629,7 +637,7 @@ impl Memory {
             .map(|(atom, candidate)| RecalledAtom {
                 atom_id: atom.id.to_string(),
                 content: atom.visible_content().to_owned(),
-                score: candidate.score,
+                score: candidate.score.min(1.0),
                 created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 source: atom.source.clone(),
                 kind: atom.kind.as_str().to_owned(),

@@ -258,3 +258,24 @@ fn a_query_naming_a_speaker_favours_what_that_speaker_said() {
     let ratio = boost_of("pottery class user", &own) / boost_of("pottery class", &own);
     assert!((ratio - 1.0).abs() < 0.01, "{ratio}");
 }
+
+#[test]
+fn a_dialogue_query_is_matched_turn_by_turn_with_its_latest_turn_counting_most() {
+    let m = with_model(None);
+    let c = caller("hmg");
+    let early = remember(&m, &c, "Bart was nervous before the school spelling contest");
+    let late = remember(&m, &c, "Bart won a prize for his drawing of a penguin at the zoo");
+    remember(&m, &c, "The quarterly budget review moved to Thursday");
+    // The first turn is about the spelling contest, the last about drawing.
+    let dialogue = "Bart: \"I was so nervous at the spelling contest at school today, my hands were shaking.\"\n\
+        Assistant: \"That sounds hard, but you practised a lot for it, so be proud of yourself.\"\n\
+        Bart: \"Now I just want to draw animals, especially the penguins from the zoo trip.\"";
+    let outcome = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new(dialogue) }).unwrap();
+    let explain_of = |id: &str| outcome.atoms.iter().find(|a| a.atom_id == id).and_then(|a| a.explain.clone()).unwrap();
+    let (early_part, late_part) = (explain_of(&early).segment.unwrap(), explain_of(&late).segment.unwrap());
+    assert!(late_part > early_part, "the latest turn's match counts more: {late_part} vs {early_part}");
+    assert!(outcome.atoms.windows(2).all(|w| w[0].score >= w[1].score) && outcome.atoms.iter().all(|a| (0.0..=1.0).contains(&a.score)));
+    // A short query is one part: no per-part list.
+    let short = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new("penguin drawing") }).unwrap();
+    assert!(short.atoms.iter().all(|a| a.explain.as_ref().unwrap().segment.is_none()));
+}
