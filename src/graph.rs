@@ -3,10 +3,16 @@
 //! evolution (`prov:wasRevisionOf`) and derivation (`prov:wasDerivedFrom`).
 //! Recall expands its strongest candidates through it.
 //!
-//! **Architecture invariant:** derived, in memory only; built from the store
-//! at open and updated after every committed write.
+//! **Architecture invariants:** derived; updated after every committed
+//! write; persisted in `<index>/graph.bin` with the store version it
+//! reflects (written atomically on flush and after a tombstone), and caught
+//! up from the change feed at open like the other indexes. A missing or
+//! unreadable file, or one newer than the store, means a rebuild from the
+//! store.
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
@@ -71,7 +77,16 @@ pub struct GraphIndex {
     nodes: HashMap<Node, NodeIndex>,
     /// Session members in id (= ingestion) order.
     sessions: HashMap<(String, String), Vec<AtomId>>,
+    /// Each atom's links as given (what is persisted).
+    links: HashMap<AtomId, AtomLinks>,
+    /// Store version reflected.
+    applied_version: u64,
+    /// Version last written to disk.
+    saved_version: u64,
 }
+
+/// Layout version of `graph.bin`.
+const FORMAT: u32 = 1;
 
 impl GraphIndex {
     /// An empty graph.
@@ -93,9 +108,110 @@ impl GraphIndex {
         self.graph.edge_count()
     }
 
+    /// The store version the graph reflects.
+    pub fn applied_version(&self) -> u64 {
+        self.applied_version
+    }
+
+    /// Records that every change up to `version` is applied.
+    pub fn mark(&mut self, version: u64) {
+        self.applied_version = self.applied_version.max(version);
+    }
+
+    /// Writes the graph to `path` (atomically) unless it is unchanged since
+    /// the last write.
+    pub fn save(&mut self, path: &Path) -> std::io::Result<()> {
+        if self.saved_version == self.applied_version && path.exists() {
+            return Ok(());
+        }
+        use crate::vector::put_str;
+        let mut out = Vec::with_capacity(64 * self.links.len() + 32);
+        out.extend_from_slice(&FORMAT.to_le_bytes());
+        out.extend_from_slice(&self.applied_version.to_le_bytes());
+        out.extend_from_slice(&(self.links.len() as u64).to_le_bytes());
+        for (id, links) in &self.links {
+            out.extend_from_slice(&u128::from(*id).to_le_bytes());
+            put_str(&mut out, &links.tenant);
+            out.extend_from_slice(&(links.entities.len() as u32).to_le_bytes());
+            for entity in &links.entities {
+                put_str(&mut out, entity);
+            }
+            put_str(&mut out, links.session.as_deref().unwrap_or(""));
+            out.extend_from_slice(&links.supersedes.map_or(0, u128::from).to_le_bytes());
+            out.extend_from_slice(&(links.derived_from.len() as u32).to_le_bytes());
+            for source in &links.derived_from {
+                out.extend_from_slice(&u128::from(*source).to_le_bytes());
+            }
+        }
+        let tmp = path.with_extension("bin.tmp");
+        {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&out)?;
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        self.saved_version = self.applied_version;
+        Ok(())
+    }
+
+    /// Reads a graph written by [`GraphIndex::save`]; `Ok(None)` when there
+    /// is no file, an `InvalidData` error when it is not one.
+    pub fn load(path: &Path) -> std::io::Result<Option<GraphIndex>> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated or malformed graph file");
+        let mut reader = &bytes[..];
+        fn take<const N: usize>(reader: &mut &[u8]) -> Option<[u8; N]> {
+            let mut buf = [0u8; N];
+            reader.read_exact(&mut buf).ok()?;
+            Some(buf)
+        }
+        let read_str = |reader: &mut &[u8]| crate::vector::read_str(reader);
+        if take::<4>(&mut reader).map(u32::from_le_bytes) != Some(FORMAT) {
+            return Err(bad());
+        }
+        let version = take::<8>(&mut reader).map(u64::from_le_bytes).ok_or_else(bad)?;
+        let count = take::<8>(&mut reader).map(u64::from_le_bytes).ok_or_else(bad)?;
+        let mut graph = GraphIndex::new();
+        for _ in 0..count {
+            let id = AtomId::from(take::<16>(&mut reader).map(u128::from_le_bytes).ok_or_else(bad)?);
+            let tenant = read_str(&mut reader).ok_or_else(bad)?;
+            let entity_count = take::<4>(&mut reader).map(u32::from_le_bytes).ok_or_else(bad)?;
+            let mut entities = Vec::new();
+            for _ in 0..entity_count {
+                entities.push(read_str(&mut reader).ok_or_else(bad)?);
+            }
+            let session = read_str(&mut reader).ok_or_else(bad)?;
+            let supersedes = take::<16>(&mut reader).map(u128::from_le_bytes).ok_or_else(bad)?;
+            let source_count = take::<4>(&mut reader).map(u32::from_le_bytes).ok_or_else(bad)?;
+            let mut derived_from = Vec::new();
+            for _ in 0..source_count {
+                derived_from.push(AtomId::from(take::<16>(&mut reader).map(u128::from_le_bytes).ok_or_else(bad)?));
+            }
+            let links = AtomLinks {
+                tenant,
+                entities,
+                session: (!session.is_empty()).then_some(session),
+                supersedes: (supersedes != 0).then(|| AtomId::from(supersedes)),
+                derived_from,
+            };
+            graph.upsert(id, &links);
+        }
+        if !reader.is_empty() {
+            return Err(bad());
+        }
+        graph.applied_version = version;
+        graph.saved_version = version;
+        Ok(Some(graph))
+    }
+
     /// Replaces an atom's links.
     pub fn upsert(&mut self, atom_id: AtomId, links: &AtomLinks) {
         self.remove(atom_id);
+        self.links.insert(atom_id, links.clone());
         let atom = self.node(Node::Atom(atom_id));
         for key in &links.entities {
             let entity = self.node(Node::Entity(links.tenant.clone(), key.clone()));
@@ -121,6 +237,7 @@ impl GraphIndex {
 
     /// Removes an atom's outgoing links (the node stays if others point at it).
     pub fn remove(&mut self, atom_id: AtomId) {
+        self.links.remove(&atom_id);
         let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return };
         let edges: Vec<_> = self.graph.edges(atom).map(|e| (e.id(), *e.weight(), e.target(), e.source())).collect();
         for (edge, link, a, b) in edges {

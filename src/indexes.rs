@@ -11,7 +11,7 @@
 //! - Tombstoned atoms are removed from every index.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use oxigraph::model::{Literal, Term};
@@ -38,6 +38,14 @@ pub enum IndexError {
     /// Store.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An index file could not be written.
+    #[error("index file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// Progress of a long index job: (stage, done, total).
@@ -90,6 +98,8 @@ pub struct Indexes {
     keyword: KeywordIndex,
     semantic: Vec<Semantic>,
     graph: RwLock<GraphIndex>,
+    /// `<index>/graph.bin`, or none in RAM.
+    graph_path: Option<PathBuf>,
     semantic_note: Option<String>,
 }
 
@@ -162,7 +172,15 @@ impl Indexes {
             let vectors = VectorIndex::open(vector_dir.as_deref(), embedder.id(), embedder.dims())?;
             semantic.push(Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()) });
         }
-        let indexes = Indexes { keyword, semantic, graph: RwLock::new(GraphIndex::new()), semantic_note };
+        let graph_path = dir.map(|d| d.join("graph.bin"));
+        let graph = match graph_path.as_deref().map(GraphIndex::load).transpose() {
+            Ok(graph) => graph.flatten().unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(%error, "graph index file unreadable; rebuilding it from the store");
+                GraphIndex::new()
+            }
+        };
+        let indexes = Indexes { keyword, semantic, graph: RwLock::new(graph), graph_path, semantic_note };
         indexes.catch_up(store, &mut |_, _, _| {})?;
         if indexes.keyword.purge_pending() {
             tracing::info!("finishing an index purge interrupted before the last shutdown");
@@ -184,6 +202,7 @@ impl Indexes {
         for s in &self.semantic {
             s.vectors.persist()?;
         }
+        self.save_graph()?;
         self.keyword.purge()?;
         Ok(())
     }
@@ -251,7 +270,9 @@ impl Indexes {
         for s in &self.semantic {
             s.vectors.remove(id, version);
         }
-        self.graph_mut().remove(id);
+        let mut graph = self.graph_mut();
+        graph.remove(id);
+        graph.mark(version);
     }
 
     /// Indexes one atom; `vectors[i]` is a precomputed vector for
@@ -278,16 +299,32 @@ impl Indexes {
                 s.vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
             }
         }
-        self.graph_mut().upsert(atom.id, &links_of(atom));
+        let mut graph = self.graph_mut();
+        graph.upsert(atom.id, &links_of(atom));
+        graph.mark(version);
         Ok(())
     }
 
     /// Replays every change newer than what each index reflects; builds the
     /// graph from the store.
     pub fn catch_up(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
-        self.build_graph(store)?;
         let target = store.snapshot_version()?;
-        let from = self.semantic.iter().map(|s| s.vectors.applied_version()).min().unwrap_or(u64::MAX).min(self.keyword.applied_version());
+        let graph_version = self.graph().applied_version();
+        let graph_from = if graph_version == 0 || graph_version > target {
+            // No file, or one from another history of the store: from scratch.
+            self.build_graph(store, target)?;
+            target
+        } else {
+            graph_version
+        };
+        let from = self
+            .semantic
+            .iter()
+            .map(|s| s.vectors.applied_version())
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.keyword.applied_version())
+            .min(graph_from);
         if from >= target {
             return Ok(());
         }
@@ -348,7 +385,7 @@ impl Indexes {
         Ok(())
     }
 
-    fn build_graph(&self, store: &Store) -> Result<(), IndexError> {
+    fn build_graph(&self, store: &Store, version: u64) -> Result<(), IndexError> {
         let started = std::time::Instant::now();
         let mut links: HashMap<AtomId, AtomLinks> = HashMap::new();
         for row in store.select_all_graphs(NamedQuery::GraphLinks, &[])? {
@@ -367,12 +404,14 @@ impl Indexes {
                 _ => {}
             }
         }
+        let queried_ms = started.elapsed().as_millis() as u64;
         let mut graph = GraphIndex::new();
         for (id, links) in &links {
             graph.upsert(*id, links);
         }
+        graph.mark(version);
         *self.graph_mut() = graph;
-        tracing::debug!(atoms = links.len(), elapsed_ms = started.elapsed().as_millis() as u64, "graph index built");
+        tracing::debug!(atoms = links.len(), queried_ms, elapsed_ms = started.elapsed().as_millis() as u64, "graph index built");
         Ok(())
     }
 
@@ -383,16 +422,23 @@ impl Indexes {
         for s in &self.semantic {
             s.vectors.clear();
         }
+        *self.graph_mut() = GraphIndex::new();
         self.catch_up(store, progress)
     }
 
-    /// Makes buffered changes durable (keyword commit, vector file).
+    /// Makes buffered changes durable (keyword commit, vector and graph
+    /// files).
     pub fn persist(&self) -> Result<(), IndexError> {
         self.keyword.refresh()?;
         for s in &self.semantic {
             s.vectors.persist()?;
         }
-        Ok(())
+        self.save_graph()
+    }
+
+    fn save_graph(&self) -> Result<(), IndexError> {
+        let Some(path) = &self.graph_path else { return Ok(()) };
+        self.graph_mut().save(path).map_err(|source| IndexError::Io { path: path.clone(), source })
     }
 }
 

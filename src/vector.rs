@@ -326,7 +326,8 @@ impl VectorIndex {
     }
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+/// Appends a length-prefixed string (the index files' encoding).
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
@@ -378,7 +379,8 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
     Ok(Some((version, entries)))
 }
 
-fn read_str(reader: &mut &[u8]) -> Option<String> {
+/// Reads a string written by [`put_str`].
+pub(crate) fn read_str(reader: &mut &[u8]) -> Option<String> {
     let mut len = [0u8; 4];
     reader.read_exact(&mut len).ok()?;
     let len = u32::from_le_bytes(len) as usize;

@@ -112,6 +112,8 @@ fn tombstone_destroys_content_on_disk() {
         assert_eq!(m.recall(&c, hmg::RecallRequest::new("Zephyrwick")).unwrap().atoms[0].atom_id, atom);
         let index = dir.path().join("index");
         assert!(keyword_files_hold(&index, "zephyrwick"), "the test can see an indexed term on disk");
+        m.persist_indexes().unwrap();
+        assert!(files_contain(&index.join("graph.bin"), b"zephyrwick"), "the test can see the entity in the graph file");
         let out = m.govern(&c, request(&atom, GovernAction::Tombstone, None)).unwrap();
         assert_eq!(out.effect, Effect::Applied);
         let stored = m.atom("alice", id(&atom)).unwrap().unwrap();
@@ -123,6 +125,7 @@ fn tombstone_destroys_content_on_disk() {
     assert!(!files_contain(dir.path(), marker.as_bytes()), "tombstoned content must be gone from every store file");
     assert!(!files_contain(dir.path(), b"Zephyrwick"), "an entity only the tombstoned atom mentioned goes with it");
     assert!(!keyword_files_hold(&dir.path().join("index"), "zephyrwick"), "the keyword index's segment files keep no term of destroyed content");
+    assert!(!files_contain(&dir.path().join("index"), b"zephyrwick"), "no index file (the graph's entity keys included) keeps the entity");
     assert!(!dir.path().join("index/keyword/purge-pending").exists(), "the purge finished");
     let m = Memory::open(dir.path()).unwrap();
     let history = m.history(&c, &atom).unwrap();

@@ -162,6 +162,11 @@ fn deleting_every_index_and_reopening_gives_identical_results() {
         m.persist_indexes().unwrap();
         snapshot(&m)
     };
+    let graph_file = dir.path().join("index/graph.bin");
+    assert!(graph_file.exists(), "the graph index is persisted");
+    assert_eq!(before, snapshot(&with_model(Some(dir.path()))), "reopened from the index files");
+    std::fs::write(&graph_file, b"not a graph file").unwrap();
+    assert_eq!(before, snapshot(&with_model(Some(dir.path()))), "an unreadable graph file is rebuilt from the store");
     std::fs::remove_dir_all(dir.path().join("index")).unwrap();
     let m = with_model(Some(dir.path()));
     assert_eq!(before, snapshot(&m));
