@@ -19,6 +19,7 @@ use petgraph::visit::EdgeRef;
 use petgraph::Undirected;
 
 use crate::atom::AtomId;
+use crate::vector::{put_str, read_str};
 
 /// A node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -124,7 +125,6 @@ impl GraphIndex {
         if self.saved_version == self.applied_version && path.exists() {
             return Ok(());
         }
-        use crate::vector::put_str;
         let mut out = Vec::with_capacity(64 * self.links.len() + 32);
         out.extend_from_slice(&FORMAT.to_le_bytes());
         out.extend_from_slice(&self.applied_version.to_le_bytes());
@@ -169,7 +169,6 @@ impl GraphIndex {
             reader.read_exact(&mut buf).ok()?;
             Some(buf)
         }
-        let read_str = |reader: &mut &[u8]| crate::vector::read_str(reader);
         if take::<4>(&mut reader).map(u32::from_le_bytes) != Some(FORMAT) {
             return Err(bad());
         }

@@ -196,15 +196,11 @@ impl Indexes {
     }
 
     /// After content was destroyed: removes every trace of removed documents
-    /// from the files of the indexes (keyword segments merged, vectors
-    /// rewritten).
+    /// from the files of the indexes (vector and graph files rewritten,
+    /// keyword segments merged).
     pub fn purge(&self) -> Result<(), IndexError> {
-        for s in &self.semantic {
-            s.vectors.persist()?;
-        }
-        self.save_graph()?;
-        self.keyword.purge()?;
-        Ok(())
+        self.persist()?;
+        Ok(self.keyword.purge()?)
     }
 
     /// Why semantic search is off, if it is.

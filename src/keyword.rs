@@ -252,7 +252,6 @@ impl KeywordIndex {
     /// documents (a merge keeps only live documents and their terms) and
     /// removes the files no longer used; then clears the purge marker.
     pub fn purge(&self) -> Result<(), KeywordError> {
-        self.dirty.store(true, Ordering::SeqCst);
         self.refresh()?;
         {
             let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -47,9 +47,6 @@ pub struct RecallConfig {
     /// four times as many): keyword scores get noisier as queries grow into
     /// sentences and dialogues, embeddings do not (default 16).
     pub long_query_terms: usize,
-    /// Largest growth of the semantic weight with query length, in doublings
-    /// (default 1.0: at most twice the weight).
-    pub long_query_doublings: f32,
     /// Weight of the query-entity list (default 0.3).
     pub entity_weight: f32,
     /// Relative weight, within the semantic share, of a model made for a
@@ -124,7 +121,6 @@ impl Default for RecallConfig {
             keyword_weight: 1.0,
             semantic_weight: 1.0,
             long_query_terms: 16,
-            long_query_doublings: 1.0,
             entity_weight: 0.3,
             specialist_weight: 1.0,
             segment_weight: 1.5,
@@ -180,7 +176,6 @@ impl RecallConfig {
             "window" => self.session_window = count()?,
             "seeds" => self.expansion_seeds = count()?,
             "long" => self.long_query_terms = count()?,
-            "long_doublings" => self.long_query_doublings = number()?,
             "candidates" => self.candidates = count()?.max(1),
             "degree" => self.max_entity_degree = count()?,
             "fusion" => {
@@ -192,7 +187,7 @@ impl RecallConfig {
             }
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, part_decay, dialogue_keyword, user_parts, emotion, speaker, feedback, feedback_docs, hop, entity_hop, window, seeds, long, long_doublings, candidates, degree, rrf_k or fusion"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, specialist, segment, segments, part_decay, dialogue_keyword, user_parts, emotion, speaker, feedback, feedback_docs, hop, entity_hop, window, seeds, long, candidates, degree, rrf_k or fusion"
                 ));
             }
         }
@@ -214,7 +209,7 @@ impl RecallConfig {
 /// Whether the query names a memory's custom source (a speaker): every term
 /// of the source's name is a query term. `user`, `agent` and empty sources
 /// name nobody.
-fn names_source(query_terms: &std::collections::HashSet<String>, source: &str) -> bool {
+fn names_source(query_terms: &[String], source: &str) -> bool {
     if matches!(source, "user" | "agent" | "") || query_terms.is_empty() {
         return false;
     }
@@ -224,9 +219,9 @@ fn names_source(query_terms: &std::collections::HashSet<String>, source: &str) -
 
 /// The most recent parts of a long query: its lines, or its sentences when
 /// it is one line; parts of fewer than three terms are left out.
-fn query_parts(query: &str, config: &RecallConfig) -> Vec<String> {
+fn query_parts(query: &str, query_term_count: usize, config: &RecallConfig) -> Vec<String> {
     use crate::text::analyze::{Mode, terms};
-    if terms(query, Mode::Query).len() < config.long_query_terms {
+    if query_term_count < config.long_query_terms {
         return Vec::new();
     }
     let mut lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
@@ -379,6 +374,7 @@ impl Memory {
         let keyword = indexes.keyword().search(tenant, &repo_keys, statuses, query, config.candidates).map_err(crate::indexes::IndexError::from)?;
         tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "keyword");
         let query_language = crate::text::detect_language(query);
+        let query_terms = crate::text::analyze::terms(query, crate::text::analyze::Mode::Query);
         // One list per model that understands the query's language.
         let mut semantic_lists: Vec<(f32, Vec<(AtomId, f32)>)> = Vec::new();
         let mut query_vectors: Vec<(usize, Vec<f32>)> = Vec::new();
@@ -399,7 +395,7 @@ impl Memory {
         // Long queries of several parts: each part embedded alone, a memory
         // scoring its best calibrated match with any part.
         let mut segment_list: Vec<(AtomId, f32)> = Vec::new();
-        let parts = query_parts(query, config);
+        let parts = query_parts(query, query_terms.len(), config);
         if parts.len() >= 2 && config.segment_weight > 0.0 {
             let mut best: HashMap<AtomId, f32> = HashMap::new();
             let mut models = 0usize;
@@ -458,8 +454,8 @@ impl Memory {
         // Cosine ranges differ between models (e5 crowds them near 0.8), so
         // mixing calibrates each list per query: min–max over its candidates.
         // The semantic weight is shared between the models that answered.
-        let query_terms = crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).len().max(1) as f32;
-        let length_factor = 1.0 + ((query_terms / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, config.long_query_doublings.max(0.0));
+        let term_count = query_terms.len().max(1) as f32;
+        let length_factor = 1.0 + ((term_count / config.long_query_terms.max(1) as f32).log2() / 2.0).clamp(0.0, 1.0);
         let semantic_weight = config.semantic_weight * length_factor;
         let total_share = semantic_lists.iter().map(|(w, _)| w).sum::<f32>().max(f32::EPSILON);
         for (model_weight, semantic) in &semantic_lists {
@@ -562,11 +558,6 @@ impl Memory {
         let mut results: Vec<(crate::atom::Atom, Candidate)> = Vec::new();
         // Boosts are bounded, so once a candidate could not reach the current
         // k-th result even with the largest boost, none after it can.
-        let query_terms: std::collections::HashSet<String> = if config.boost_named_source != 1.0 {
-            crate::text::analyze::terms(query, crate::text::analyze::Mode::Query).into_iter().collect()
-        } else {
-            Default::default()
-        };
         let query_emotion = if config.emotion_boost > 0.0 { crate::text::infer_emotion(query) } else { None };
         let max_boost = config.boost_necessary.max(1.0)
             * config.boost_user.max(1.0)
@@ -675,8 +666,8 @@ mod tests {
     use super::*;
     use crate::text::analyze::{Mode, terms};
 
-    fn query_terms(query: &str) -> std::collections::HashSet<String> {
-        terms(query, Mode::Query).into_iter().collect()
+    fn query_terms(query: &str) -> Vec<String> {
+        terms(query, Mode::Query)
     }
 
     #[test]
@@ -697,12 +688,13 @@ mod tests {
     #[test]
     fn long_queries_split_into_their_latest_parts() {
         let config = RecallConfig::default();
-        assert!(query_parts("pottery class with Melanie", &config).is_empty(), "a short query is one part");
+        let count = |q: &str| terms(q, Mode::Query).len();
+        assert!(query_parts("pottery class with Melanie", count("pottery class with Melanie"), &config).is_empty(), "a short query is one part");
         let dialogue = (1..=6)
             .map(|i| format!("Bart: \"turn number {i} talks about magic tricks, parties and performance outfits\""))
             .collect::<Vec<_>>()
             .join("\n");
-        let parts = query_parts(&dialogue, &config);
+        let parts = query_parts(&dialogue, count(&dialogue), &config);
         assert_eq!(parts.len(), config.max_segments);
         assert!(parts[0].contains("number 3") && parts[3].contains("number 6"), "{parts:?}");
     }
