@@ -44,6 +44,9 @@ pub enum KeywordError {
     /// The index directory could not be opened.
     #[error("keyword index directory: {0}")]
     Directory(#[from] tantivy::directory::error::OpenDirectoryError),
+    /// The index on disk failed its checks.
+    #[error("keyword index damaged: {0}")]
+    Damaged(String),
     /// The purge marker could not be written or removed.
     #[error("keyword index purge marker {path}: {source}")]
     Marker {
@@ -149,26 +152,60 @@ fn schema() -> (Schema, Fields) {
 }
 
 impl KeywordIndex {
-    /// Opens the index in `dir` (created if needed), or in RAM.
+    /// Opens the index in `dir` (created if needed), or in RAM. An index on
+    /// disk that cannot be opened or fails its checks (unreadable
+    /// `meta.json`, a missing or damaged segment file, another schema) is
+    /// derived data: it is logged, deleted and started afresh at version 0,
+    /// so the change feed rebuilds it from the store.
     pub fn open(dir: Option<&Path>) -> Result<KeywordIndex, KeywordError> {
-        let (schema, fields) = schema();
-        let index = match dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
-                let directory = tantivy::directory::MmapDirectory::open(dir)?;
-                let index = Index::open_or_create(directory, schema.clone())?;
-                if index.schema() != schema {
-                    // An index of another layout is derived data: start over.
-                    drop(index);
-                    std::fs::remove_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
-                    std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
-                    Index::open_or_create(tantivy::directory::MmapDirectory::open(dir)?, schema)?
-                } else {
-                    index
-                }
-            }
-            None => Index::create_in_ram(schema),
+        let Some(dir) = dir else {
+            let (schema, fields) = schema();
+            return KeywordIndex::with_index(Index::create_in_ram(schema), fields, None);
         };
+        // Tantivy may also panic on bytes it cannot decode: damage all the same.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| KeywordIndex::open_checked(dir)))
+            .unwrap_or_else(|_| Err(KeywordError::Damaged("reading the index panicked".to_owned())));
+        match opened {
+            Ok(index) => Ok(index),
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "the keyword index is damaged; rebuilding it from the store");
+                let purge_owed = dir.join(PURGE_MARKER).exists();
+                let io = |e: std::io::Error| KeywordError::Tantivy(tantivy::TantivyError::IoError(std::sync::Arc::new(e)));
+                std::fs::remove_dir_all(dir).map_err(io)?;
+                let index = KeywordIndex::open_checked(dir)?;
+                if purge_owed {
+                    index.mark_purge_pending()?;
+                }
+                Ok(index)
+            }
+        }
+    }
+
+    /// Opens (or creates) the index in `dir` and checks it: the schema,
+    /// every file's checksum, and every segment's term dictionaries.
+    fn open_checked(dir: &Path) -> Result<KeywordIndex, KeywordError> {
+        let (schema, fields) = schema();
+        std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
+        let index = Index::open_or_create(tantivy::directory::MmapDirectory::open(dir)?, schema.clone())?;
+        if index.schema() != schema {
+            return Err(KeywordError::Damaged("the index was built with another schema".to_owned()));
+        }
+        let damaged = index.validate_checksum()?;
+        if !damaged.is_empty() {
+            let files: Vec<String> = damaged.iter().map(|p| p.display().to_string()).collect();
+            return Err(KeywordError::Damaged(format!("files failing their checksum: {}", files.join(", "))));
+        }
+        let index = KeywordIndex::with_index(index, fields, Some(dir))?;
+        let searcher = index.reader.searcher();
+        for segment in searcher.segment_readers() {
+            for field in [index.fields.atom_id, index.fields.tenant, index.fields.repo_key, index.fields.status, index.fields.text] {
+                segment.inverted_index(field)?;
+            }
+        }
+        Ok(index)
+    }
+
+    fn with_index(index: Index, fields: Fields, dir: Option<&Path>) -> Result<KeywordIndex, KeywordError> {
         index.tokenizers().register(TOKENIZER, HmgTokenizer);
         let writer = index.writer_with_num_threads(1, WRITER_BUDGET_BYTES)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
