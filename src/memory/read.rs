@@ -240,7 +240,8 @@ pub struct Stats {
     pub edges: u64,
     /// Index coverage.
     pub indexes: IndexCounts,
-    /// Store-wide write counter; increases with every write.
+    /// The tenant's write counter (the length of its audit chain):
+    /// increases with every write of this tenant, and only with those.
     pub snapshot_version: u64,
     /// Why semantic coverage is 0, when it is off.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -304,7 +305,9 @@ impl Memory {
                 temporal: count(row, "temporal")?,
                 categorical: count(row, "categorical")?,
             },
-            snapshot_version: self.store.snapshot_version()?,
+            // The tenant's own write count (its audit chain's length), not
+            // the store's: that would show other tenants' activity.
+            snapshot_version: count(row, "version")?,
             warning: self.indexes().semantic_note().map(str::to_owned),
         })
     }
