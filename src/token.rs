@@ -74,7 +74,8 @@ pub struct TokenRecord {
 pub struct Principal {
     /// Tenant.
     pub tenant: String,
-    /// May read.
+    /// May read (`memory:read`, or `memory:write`, which implies it: every
+    /// write answers with what it found, so write-only could not be blind).
     pub read: bool,
     /// May write.
     pub write: bool,
@@ -240,6 +241,9 @@ mod tests {
         let principal = store.authenticate(&secret).unwrap().unwrap();
         assert_eq!((principal.tenant.as_str(), principal.read, principal.write), ("alice", true, false));
         assert!(store.authenticate("hmg_wrong").unwrap().is_none());
+        let (_, writer) = store.create("alice", &["memory:write".to_owned()], None).unwrap();
+        let principal = store.authenticate(&writer).unwrap().unwrap();
+        assert_eq!((principal.read, principal.write), (true, true), "memory:write implies memory:read");
         store.revoke(&record.id).unwrap();
         assert!(store.authenticate(&secret).unwrap().is_none());
         assert!(matches!(store.create("alice", &["memory:admin".to_owned()], None), Err(TokenError::Invalid { field: "scope", .. })));
