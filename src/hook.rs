@@ -113,6 +113,7 @@ pub fn scope_input(key: &[u8], scope: &Scope) -> ScopeInput {
 pub fn read_input(input: &mut dyn Read) -> Result<serde_json::Map<String, Value>, HookError> {
     let mut text = String::new();
     input.take(MAX_INPUT_BYTES).read_to_string(&mut text).map_err(|e| HookError::Input(e.to_string()))?;
+    crate::limits::check_nesting(&text, crate::limits::Syntax::Json, 64).map_err(|e| HookError::Input(e.to_string()))?;
     match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(HookError::Input("expected a JSON object on stdin".to_owned())),

@@ -19,6 +19,7 @@
 
 pub mod atom;
 pub mod audit;
+pub mod blocking;
 pub mod cli;
 pub mod embed;
 pub mod eval;
@@ -28,6 +29,7 @@ pub mod graphql;
 pub mod hook;
 pub mod indexes;
 pub mod keyword;
+pub(crate) mod limits;
 pub mod mcp;
 pub mod memory;
 pub mod recall;

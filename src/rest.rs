@@ -374,7 +374,12 @@ impl From<MemoryError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let busy = self.status == StatusCode::TOO_MANY_REQUESTS;
+        let mut response = (self.status, axum::Json(self.body)).into_response();
+        if busy {
+            response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("2"));
+        }
+        response
     }
 }
 
@@ -425,13 +430,16 @@ fn access(state: &RestState, principal: &Principal, write: bool) -> Result<Arc<M
     })
 }
 
-/// Runs facade work off the async workers; a panic becomes a 500.
+/// Runs facade work on the shared bounded pool ([`crate::blocking`]): a
+/// full pool is 429, a deadline 503, a panic 500.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    let span = tracing::Span::current();
-    tokio::task::spawn_blocking(move || span.in_scope(work)).await.map_err(|e| {
-        tracing::error!(error = %e, "REST handler panicked");
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, None, "internal error: the request failed unexpectedly; nothing was acknowledged")
-    })?
+    use crate::blocking::Refused;
+    match crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, work).await {
+        Ok(result) => result,
+        Err(refused @ Refused::Busy(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, None, refused.to_string())),
+        Err(refused @ Refused::Timeout(_)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, None, refused.to_string())),
+        Err(refused @ Refused::Panicked) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, None, refused.to_string())),
+    }
 }
 
 /// Decodes a JSON body; the error names the field.
@@ -440,7 +448,9 @@ fn json_body<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) 
     if !content_type.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json")) {
         return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, None, "send the body as JSON with Content-Type: application/json"));
     }
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| ApiError::bad(None, format!("the body is not valid JSON: {e}")))?;
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::bad(None, "the body is not UTF-8"))?;
+    crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING).map_err(|e| ApiError::bad(None, e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ApiError::bad(None, format!("the body is not valid JSON: {e}")))?;
     crate::tools::decode(value).map_err(|e| match e {
         crate::tools::ToolError::Invalid { field, message } => ApiError::bad(field.as_deref(), message),
         other => ApiError::bad(None, other.to_string()),

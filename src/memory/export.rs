@@ -227,6 +227,8 @@ impl Memory {
     }
 
     fn import_line(&self, caller: &Caller, line: &str) -> Result<(Option<String>, Effect, Option<String>)> {
+        crate::limits::check_nesting(line, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
+            .map_err(|e| MemoryError::invalid("line", e.to_string()))?;
         let value: serde_json::Value =
             serde_json::from_str(line).map_err(|e| MemoryError::invalid("line", format!("not valid JSON: {e}")))?;
         if value.get("atom_id").is_some() {
