@@ -1,21 +1,60 @@
 //! Read-only SPARQL for auditors: the `/sparql` endpoint (SPARQL 1.1
 //! Protocol) and `hmg sparql`. Parses the query, refuses updates, confines
 //! it to the caller's tenant graph ([`crate::store::Store::query_confined`]),
-//! enforces a time limit and serializes the results in the negotiated format.
+//! enforces a time limit, a result size limit and (in the server) a memory
+//! limit, and serializes the results in the negotiated format.
+//!
+//! **Invariants:**
+//! - A query is scanned for nesting depth ([`crate::limits`]) before the
+//!   parser sees it; nothing a client sends can overflow the stack of the
+//!   process that serves other tenants.
+//! - `hmg serve` never evaluates a client's query in its own process: the
+//!   evaluator has loops (cartesian products, sorts, aggregates) that no
+//!   cancellation check reaches and that can allocate without bound. The
+//!   query runs in a child `hmg sparql-worker` over a read-only checkpoint
+//!   of the store ([`crate::store::Store::read_snapshot`]), with its data
+//!   segment capped (`RLIMIT_DATA`), killed at the deadline or when the
+//!   client goes away. The in-process path ([`answer`]) serves `hmg sparql`,
+//!   where the user queries their own store.
 
-use std::time::Duration;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use oxigraph::io::{RdfFormat, RdfSerializer};
 use oxigraph::sparql::results::{QueryResultsFormat, QueryResultsSerializer};
 use oxigraph::sparql::{CancellationToken, QueryResults};
 use spargebra::Query;
 
-use crate::memory::Memory;
+use crate::limits::{SPARQL_MAX_NESTING, Syntax, check_nesting};
+use crate::store::Store;
 
 /// Longest accepted query text, in bytes.
-pub const MAX_QUERY_BYTES: usize = 256 * 1024;
+pub const MAX_QUERY_BYTES: usize = 64 * 1024;
 /// Default evaluation time limit.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default largest serialized result.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 32 * 1024 * 1024;
+/// Default memory a worker may allocate (its data segment).
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// What one evaluation may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time.
+    pub timeout: Duration,
+    /// Size of the serialized result.
+    pub max_result_bytes: usize,
+    /// Memory of a worker process (ignored in process).
+    pub max_memory_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { timeout: DEFAULT_TIMEOUT, max_result_bytes: DEFAULT_MAX_RESULT_BYTES, max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES }
+    }
+}
 
 /// Why a query was not answered.
 #[derive(Debug, thiserror::Error)]
@@ -29,15 +68,37 @@ pub enum SparqlError {
     /// Query too large.
     #[error("the query is longer than {MAX_QUERY_BYTES} bytes")]
     TooLarge,
+    /// Query nested too deep.
+    #[error("{0}")]
+    TooDeep(String),
     /// No acceptable result format.
     #[error("cannot produce any of the accepted media types ({0}); use application/sparql-results+json, application/sparql-results+xml, text/csv or text/tab-separated-values (text/turtle or application/n-triples for graphs)")]
     NotAcceptable(String),
     /// The time limit passed.
-    #[error("the query ran longer than the limit of {0} s and was stopped")]
+    #[error("the query ran longer than the limit of {0} s and was stopped; narrow it (LIMIT, more specific patterns)")]
     Timeout(u64),
+    /// The result is larger than allowed.
+    #[error("the result is larger than the limit of {0} bytes; add LIMIT or select fewer variables")]
+    ResultTooLarge(usize),
+    /// The evaluation needed more memory than allowed.
+    #[error("the query needed more than the limit of {0} MiB of memory and was stopped; narrow it (a pattern without shared variables multiplies the rows)")]
+    OutOfMemory(u64),
+    /// Every evaluation slot is taken.
+    #[error("too many SPARQL queries are running; retry in a few seconds")]
+    Busy,
     /// Evaluation failed.
     #[error("query evaluation failed: {0}")]
     Evaluation(String),
+    /// The worker process could not run or died.
+    #[error("the query could not be evaluated: {0}")]
+    Worker(String),
+}
+
+impl SparqlError {
+    /// Whether the client's query is at fault (as opposed to the server).
+    pub fn is_client_error(&self) -> bool {
+        !matches!(self, SparqlError::Worker(_))
+    }
 }
 
 /// An answer ready to send.
@@ -49,11 +110,14 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// Parses `text` as a query; an update gets [`SparqlError::Update`].
-pub fn parse(text: &str) -> Result<Query, SparqlError> {
+/// Parses `text` as a query; an update gets [`SparqlError::Update`]. The
+/// parser recurses once per element of a long `a + b + …` or `p / q / …`
+/// chain: call it on a large stack ([`on_big_stack`]).
+pub(crate) fn parse(text: &str) -> Result<Query, SparqlError> {
     if text.len() > MAX_QUERY_BYTES {
         return Err(SparqlError::TooLarge);
     }
+    check_nesting(text, Syntax::Sparql, SPARQL_MAX_NESTING).map_err(|e| SparqlError::TooDeep(e.to_string()))?;
     match spargebra::SparqlParser::new().parse_query(text) {
         Ok(query) => Ok(query),
         Err(query_error) => match spargebra::SparqlParser::new().parse_update(text) {
@@ -61,6 +125,19 @@ pub fn parse(text: &str) -> Result<Query, SparqlError> {
             Err(_) => Err(SparqlError::Syntax(query_error.to_string())),
         },
     }
+}
+
+/// Runs `work` on a thread with a large stack: evaluating and dropping a
+/// query's algebra recurses once per operator of a long `a + b + …` or
+/// `p / q / …` chain, which the nesting scan does not bound.
+fn on_big_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, SparqlError> {
+    std::thread::Builder::new()
+        .name("sparql".to_owned())
+        .stack_size(256 * 1024 * 1024)
+        .spawn(work)
+        .map_err(|e| SparqlError::Worker(format!("cannot start an evaluation thread: {e}")))?
+        .join()
+        .map_err(|_| SparqlError::Worker("the evaluation failed unexpectedly".to_owned()))
 }
 
 fn solutions_format(accept: &str) -> Option<QueryResultsFormat> {
@@ -115,71 +192,313 @@ fn negotiate<T: Copy>(accept: &str, offers: &[(&str, T)]) -> Option<T> {
     None
 }
 
-/// Runs `text` for `tenant` and serializes the results for `accept`.
-pub fn answer(memory: &Memory, tenant: &str, text: &str, accept: &str, timeout: Duration) -> Result<Answer, SparqlError> {
-    let query = parse(text)?;
-    let graph_query = matches!(query, Query::Construct { .. } | Query::Describe { .. });
-    // Check the format before doing any work.
-    let solutions = if graph_query { None } else { Some(solutions_format(accept).ok_or_else(|| SparqlError::NotAcceptable(accept.to_owned()))?) };
-    let graph = if graph_query { Some(graph_format(accept).ok_or_else(|| SparqlError::NotAcceptable(accept.to_owned()))?) } else { None };
+/// The serialization a query's results get.
+#[derive(Debug, Clone, Copy)]
+enum Format {
+    Solutions(QueryResultsFormat),
+    Graph(RdfFormat),
+}
 
+impl Format {
+    fn for_query(query: &Query, accept: &str) -> Result<Format, SparqlError> {
+        let not_acceptable = || SparqlError::NotAcceptable(accept.to_owned());
+        if matches!(query, Query::Construct { .. } | Query::Describe { .. }) {
+            graph_format(accept).map(Format::Graph).ok_or_else(not_acceptable)
+        } else {
+            solutions_format(accept).map(Format::Solutions).ok_or_else(not_acceptable)
+        }
+    }
+
+    fn media_type(self) -> &'static str {
+        match self {
+            Format::Solutions(format) => format.media_type(),
+            Format::Graph(format) => format.media_type(),
+        }
+    }
+}
+
+/// Runs `text` for `tenant` in this process and serializes the results for
+/// `accept` (for a store in memory; a store on disk is queried through
+/// [`answer_isolated`], by `hmg serve` and `hmg sparql` alike). The time limit
+/// holds only where the evaluator reads the store: a long property path or a
+/// cartesian product can run past it, so never use this for a query you did
+/// not write.
+pub fn answer(store: &Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
+    let _span = tracing::info_span!("sparql", tenant).entered();
+    let handle = store.handle();
+    let (tenant, text, accept) = (tenant.to_owned(), text.to_owned(), accept.to_owned());
+    // Parsing recurses too (a long `p / q / …` path): all of it on the big stack.
+    on_big_stack(move || {
+        let query = parse(&text)?;
+        let format = Format::for_query(&query, &accept)?;
+        let mut body = Vec::new();
+        evaluate(&handle, &tenant, query, format, limits, &mut body)?;
+        Ok(Answer { media_type: format.media_type(), body })
+    })?
+}
+
+/// Why serialization stopped early (shared with the capped writer).
+const STOP_NONE: u8 = 0;
+const STOP_SIZE: u8 = 1;
+const STOP_TIME: u8 = 2;
+
+/// A writer that refuses to grow past a size or a deadline.
+struct Capped<'a, W: Write> {
+    inner: &'a mut W,
+    written: usize,
+    limits: Limits,
+    deadline: Instant,
+    stop: Arc<AtomicU8>,
+}
+
+impl<W: Write> Write for Capped<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.written + buf.len() > self.limits.max_result_bytes {
+            self.stop.store(STOP_SIZE, Ordering::SeqCst);
+            return Err(std::io::Error::other("result too large"));
+        }
+        if Instant::now() > self.deadline {
+            self.stop.store(STOP_TIME, Ordering::SeqCst);
+            return Err(std::io::Error::other("deadline passed"));
+        }
+        let n = self.inner.write(buf)?;
+        self.written += n;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Evaluates `query` confined to `tenant`'s graph of `store`, writing the
+/// serialized results to `out` within `limits`.
+fn evaluate(store: &oxigraph::store::Store, tenant: &str, query: Query, format: Format, limits: Limits, out: &mut impl Write) -> Result<(), SparqlError> {
+    let started = Instant::now();
+    let deadline = started + limits.timeout;
     let cancel = CancellationToken::new();
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let watchdog = {
         let cancel = cancel.clone();
+        let timeout = limits.timeout;
         std::thread::spawn(move || {
             if finished.recv_timeout(timeout).is_err() {
                 cancel.cancel();
-                return true;
             }
-            false
         })
     };
-    let _span = tracing::info_span!("sparql", tenant, graph_query).entered();
-    let result = evaluate(memory, tenant, query, solutions, graph, cancel);
+    let stop = Arc::new(AtomicU8::new(STOP_NONE));
+    let result = serialize(store, tenant, query, format, cancel, Capped { inner: out, written: 0, limits, deadline, stop: Arc::clone(&stop) });
     let _ = done.send(());
-    let timed_out = watchdog.join().unwrap_or(false);
-    match result {
-        Err(_) if timed_out => Err(SparqlError::Timeout(timeout.as_secs())),
-        other => other,
+    let _ = watchdog.join();
+    match (result, stop.load(Ordering::SeqCst)) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), STOP_SIZE) => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
+        (Err(_), _) if Instant::now() >= deadline => Err(SparqlError::Timeout(limits.timeout.as_secs())),
+        (Err(error), _) => Err(error),
     }
 }
 
-fn evaluate(
-    memory: &Memory,
-    tenant: &str,
-    query: Query,
-    solutions: Option<QueryResultsFormat>,
-    graph: Option<RdfFormat>,
-    cancel: CancellationToken,
-) -> Result<Answer, SparqlError> {
+fn serialize<W: Write>(store: &oxigraph::store::Store, tenant: &str, query: Query, format: Format, cancel: CancellationToken, mut out: Capped<'_, W>) -> Result<(), SparqlError> {
     let evaluation = |e: &dyn std::fmt::Display| SparqlError::Evaluation(e.to_string());
-    let results = memory.store().query_confined(tenant, query, cancel).map_err(|e| evaluation(&e))?;
-    match results {
-        QueryResults::Boolean(value) => {
-            let format = solutions.unwrap_or(QueryResultsFormat::Json);
-            let body = QueryResultsSerializer::from_format(format).serialize_boolean_to_writer(Vec::new(), value).map_err(|e| evaluation(&e))?;
-            Ok(Answer { media_type: format.media_type(), body })
+    let deadline = out.deadline;
+    let results = crate::store::query_confined(store, tenant, query, cancel).map_err(|e| evaluation(&e))?;
+    match (results, format) {
+        (QueryResults::Boolean(value), Format::Solutions(format)) => {
+            QueryResultsSerializer::from_format(format).serialize_boolean_to_writer(&mut out, value).map_err(|e| evaluation(&e))?;
         }
-        QueryResults::Solutions(iter) => {
-            let format = solutions.unwrap_or(QueryResultsFormat::Json);
-            let mut writer = QueryResultsSerializer::from_format(format)
-                .serialize_solutions_to_writer(Vec::new(), iter.variables().to_vec())
-                .map_err(|e| evaluation(&e))?;
+        (QueryResults::Solutions(iter), Format::Solutions(format)) => {
+            let mut writer = QueryResultsSerializer::from_format(format).serialize_solutions_to_writer(&mut out, iter.variables().to_vec()).map_err(|e| evaluation(&e))?;
             for solution in iter {
+                if Instant::now() > deadline {
+                    return Err(SparqlError::Timeout(0));
+                }
                 let solution = solution.map_err(|e| evaluation(&e))?;
                 writer.serialize(&solution).map_err(|e| evaluation(&e))?;
             }
-            Ok(Answer { media_type: format.media_type(), body: writer.finish().map_err(|e| evaluation(&e))? })
+            writer.finish().map_err(|e| evaluation(&e))?;
         }
-        QueryResults::Graph(triples) => {
-            let format = graph.unwrap_or(RdfFormat::NTriples);
-            let mut writer = RdfSerializer::from_format(format).for_writer(Vec::new());
+        (QueryResults::Graph(triples), Format::Graph(format)) => {
+            let mut writer = RdfSerializer::from_format(format).for_writer(&mut out);
             for triple in triples {
+                if Instant::now() > deadline {
+                    return Err(SparqlError::Timeout(0));
+                }
                 let triple = triple.map_err(|e| evaluation(&e))?;
                 writer.serialize_triple(&triple).map_err(|e| evaluation(&e))?;
             }
-            Ok(Answer { media_type: format.media_type(), body: writer.finish().map_err(|e| evaluation(&e))? })
+            writer.finish().map_err(|e| evaluation(&e))?;
+        }
+        _ => return Err(SparqlError::Evaluation("the query form does not match the negotiated format".to_owned())),
+    }
+    Ok(())
+}
+
+/// The command line a worker is started with.
+pub(crate) const WORKER_COMMAND: &str = "sparql-worker";
+
+/// The worker's side (`hmg sparql-worker`): reads the query on stdin,
+/// evaluates it over the checkpoint in `snapshot` and writes the media type,
+/// a newline and the body to `out`; on a refusal, writes `{"error": kind,
+/// "message": …}` and returns 2. Caps its own data segment first.
+pub fn run_worker(snapshot: &std::path::Path, tenant: &str, accept: &str, limits: Limits, input: &mut dyn std::io::Read, out: &mut dyn Write) -> std::io::Result<u8> {
+    if let Err(error) = rlimit::setrlimit(rlimit::Resource::DATA, limits.max_memory_bytes, limits.max_memory_bytes) {
+        tracing::warn!(%error, "cannot limit the worker's memory");
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(input, MAX_QUERY_BYTES as u64 + 1), &mut text)?;
+    let outcome = (|| {
+        let store = Store::open_snapshot(snapshot).map_err(|e| SparqlError::Worker(e.to_string()))?;
+        let handle = store.handle();
+        let (tenant, accept) = (tenant.to_owned(), accept.to_owned());
+        on_big_stack(move || {
+            let query = parse(&text)?;
+            let format = Format::for_query(&query, &accept)?;
+            let mut body = Vec::new();
+            evaluate(&handle, &tenant, query, format, limits, &mut body).map(|()| (format.media_type(), body))
+        })?
+    })();
+    match outcome {
+        Ok((media_type, body)) => {
+            writeln!(out, "{media_type}")?;
+            out.write_all(&body)?;
+            out.flush()?;
+            Ok(0)
+        }
+        Err(error) => {
+            let kind = match &error {
+                SparqlError::Syntax(_) => "syntax",
+                SparqlError::Update => "update",
+                SparqlError::TooLarge => "too_large",
+                SparqlError::TooDeep(_) => "too_deep",
+                SparqlError::NotAcceptable(_) => "not_acceptable",
+                SparqlError::Timeout(_) => "timeout",
+                SparqlError::ResultTooLarge(_) => "result_too_large",
+                SparqlError::OutOfMemory(_) => "out_of_memory",
+                SparqlError::Busy => "busy",
+                SparqlError::Evaluation(_) => "evaluation",
+                SparqlError::Worker(_) => "worker",
+            };
+            serde_json::to_writer(&mut *out, &serde_json::json!({ "error": kind, "message": error.to_string() }))?;
+            out.flush()?;
+            Ok(2)
+        }
+    }
+}
+
+/// A worker process that is killed and reaped if its future is dropped (a
+/// client that went away, a deadline): no worker outlives its request, not
+/// even as a zombie.
+struct Reaped(Option<tokio::process::Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let Some(mut child) = self.0.take() else { return };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = child.start_kill();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = child.wait().await;
+                });
+            }
+            Err(_) => drop(child),
+        }
+    }
+}
+
+/// Evaluates `text` in a child `hmg sparql-worker` (the executable at
+/// `worker`) over `snapshot`, within `limits`. Dropping the future kills the
+/// child (a client that goes away stops its query).
+pub(crate) async fn answer_isolated(
+    worker: &std::path::Path,
+    snapshot: &std::path::Path,
+    tenant: &str,
+    text: &str,
+    accept: &str,
+    limits: Limits,
+) -> Result<Answer, SparqlError> {
+    // Refuse what is malformed here, with the parser's own message and
+    // without starting a process.
+    let owned = text.to_owned();
+    let accept_owned = accept.to_owned();
+    let format = tokio::task::spawn_blocking(move || on_big_stack(move || parse(&owned).and_then(|query| Format::for_query(&query, &accept_owned))))
+        .await
+        .map_err(|e| SparqlError::Worker(e.to_string()))???;
+    let child = tokio::process::Command::new(worker)
+        .arg(WORKER_COMMAND)
+        .arg("--snapshot")
+        .arg(snapshot)
+        .args(["--tenant", tenant, "--accept", format.media_type()])
+        .args(["--timeout-ms", &limits.timeout.as_millis().to_string()])
+        .args(["--max-result-bytes", &limits.max_result_bytes.to_string()])
+        .args(["--max-memory-bytes", &limits.max_memory_bytes.to_string()])
+        .env_remove("HMG_STORE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| SparqlError::Worker(format!("cannot start {}: {e}", worker.display())))?;
+    let mut child = Reaped(Some(child));
+    let Some(child) = child.0.as_mut() else { return Err(SparqlError::Worker("the worker vanished".to_owned())) };
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        stdin.write_all(text.as_bytes()).await.map_err(|e| SparqlError::Worker(format!("cannot send the query: {e}")))?;
+    }
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(SparqlError::Worker("the worker has no output pipes".to_owned()));
+    };
+    async fn read_capped(pipe: impl tokio::io::AsyncRead + Unpin, cap: usize) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut bytes = Vec::new();
+        let _ = pipe.take(cap as u64).read_to_end(&mut bytes).await;
+        bytes
+    }
+    let grace = Duration::from_secs(2);
+    let run = async {
+        let (out, err, status) = tokio::join!(read_capped(stdout, limits.max_result_bytes + 4096), read_capped(stderr, 64 * 1024), child.wait());
+        (out, err, status)
+    };
+    let (out, err, status) = match tokio::time::timeout(limits.timeout + grace, run).await {
+        Ok(done) => done,
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(SparqlError::Timeout(limits.timeout.as_secs()));
+        }
+    };
+    let status = status.map_err(|e| SparqlError::Worker(e.to_string()))?;
+    let stderr = String::from_utf8_lossy(&err);
+    match status.code() {
+        Some(0) => {
+            let split = out.iter().position(|b| *b == b'\n').ok_or_else(|| SparqlError::Worker("the worker's answer has no media type".to_owned()))?;
+            if out.len() - split - 1 > limits.max_result_bytes {
+                return Err(SparqlError::ResultTooLarge(limits.max_result_bytes));
+            }
+            let media_type = format.media_type();
+            Ok(Answer { media_type, body: out[split + 1..].to_vec() })
+        }
+        Some(2) => {
+            let refusal: serde_json::Value = serde_json::from_slice(&out).map_err(|_| SparqlError::Worker(format!("unreadable refusal from the worker: {stderr}")))?;
+            let message = refusal["message"].as_str().unwrap_or("").to_owned();
+            Err(match refusal["error"].as_str().unwrap_or("") {
+                "syntax" => SparqlError::Syntax(message),
+                "update" => SparqlError::Update,
+                "too_large" => SparqlError::TooLarge,
+                "too_deep" => SparqlError::TooDeep(message),
+                "not_acceptable" => SparqlError::NotAcceptable(accept.to_owned()),
+                "timeout" => SparqlError::Timeout(limits.timeout.as_secs()),
+                "result_too_large" => SparqlError::ResultTooLarge(limits.max_result_bytes),
+                "evaluation" => SparqlError::Evaluation(message),
+                _ => SparqlError::Worker(message),
+            })
+        }
+        _ if stderr.contains("memory allocation of") || stderr.contains("out of memory") || stderr.contains("bad_alloc") => {
+            Err(SparqlError::OutOfMemory(limits.max_memory_bytes / (1024 * 1024)))
+        }
+        _ => {
+            tracing::warn!(?status, stderr = %stderr.chars().take(500).collect::<String>(), "SPARQL worker failed");
+            Err(SparqlError::Worker(format!("the evaluation stopped abnormally ({status})")))
         }
     }
 }
@@ -202,5 +521,45 @@ mod tests {
         assert!(matches!(parse("INSERT DATA { <urn:a> <urn:b> <urn:c> }"), Err(SparqlError::Update)));
         assert!(matches!(parse("SELEC * WHERE {}"), Err(SparqlError::Syntax(_))));
         assert!(parse("SELECT * WHERE { ?s ?p ?o }").is_ok());
+    }
+
+    #[test]
+    fn deep_queries_are_refused_before_parsing() {
+        let groups = format!("SELECT * WHERE {}{}", "{".repeat(1_000), "}".repeat(1_000));
+        assert!(matches!(parse(&groups), Err(SparqlError::TooDeep(_))));
+        let path = format!("SELECT * WHERE {{ ?s {}<urn:p>{} ?o }}", "(".repeat(5_000), ")".repeat(5_000));
+        assert!(matches!(parse(&path), Err(SparqlError::TooDeep(_))));
+    }
+
+    #[test]
+    fn long_operator_chains_evaluate_without_overflowing_the_stack() {
+        let store = Store::open_in_memory().unwrap();
+        // Parsing is linear; evaluating a long sum is not (the time limit
+        // bounds it), so a shorter one is evaluated.
+        let long_sum = format!("SELECT (1{} AS ?n) WHERE {{}}", "+1".repeat(20_000));
+        assert!(on_big_stack(move || parse(&long_sum).is_ok()).unwrap());
+        let sum = format!("SELECT (1{} AS ?n) WHERE {{}}", "+1".repeat(3_000));
+        let answer = answer(&store, "t", &sum, "", Limits::default()).unwrap();
+        assert!(String::from_utf8_lossy(&answer.body).contains("3001"), "{}", String::from_utf8_lossy(&answer.body));
+        // Property-path sequences evaluate in worse than quadratic time (400
+        // steps: 3 s; the worker's time limit bounds them in the server).
+        let long_path = format!("SELECT * WHERE {{ ?s <urn:p>{} ?o }}", "/<urn:p>".repeat(6_000));
+        assert!(on_big_stack(move || parse(&long_path).is_ok()).unwrap());
+        let path = format!("SELECT * WHERE {{ ?s <urn:p>{} ?o }}", "/<urn:p>".repeat(100));
+        assert!(answer_ok(&store, &path));
+        let or = format!("SELECT * WHERE {{ FILTER(false{}) }}", " || false".repeat(6_000));
+        assert!(answer_ok(&store, &or));
+    }
+
+    fn answer_ok(store: &Store, text: &str) -> bool {
+        answer(store, "t", text, "", Limits::default()).is_ok()
+    }
+
+    #[test]
+    fn results_past_the_size_limit_are_refused() {
+        let store = Store::open_in_memory().unwrap();
+        let limits = Limits { max_result_bytes: 1_000, ..Limits::default() };
+        let many = format!("SELECT ?x WHERE {{ VALUES ?x {{ {} }} }}", (0..500).map(|i| format!("\"value {i}\"")).collect::<Vec<_>>().join(" "));
+        assert!(matches!(answer(&store, "t", &many, "", limits), Err(SparqlError::ResultTooLarge(1_000))));
     }
 }

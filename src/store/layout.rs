@@ -4,6 +4,7 @@
 //! <root>/CURRENT          name of the live Oxigraph directory, e.g. "oxigraph-3"
 //! <root>/oxigraph-<n>/    RocksDB files of generation n
 //! <root>/VACUUM_PENDING   present while a vacuum is owed (after a tombstone)
+//! <root>/snapshots/<v>-<ulid>/  read-only checkpoints for SPARQL workers
 //! ```
 //!
 //! **Invariant:** `CURRENT` is replaced only by an atomic rename after the
@@ -37,7 +38,23 @@ pub(super) fn prepare(root: &Path) -> Result<PathBuf> {
         }
     };
     remove_stale_generations(root, &current);
+    remove_snapshots(root);
     Ok(current)
+}
+
+/// Where read-only checkpoints live.
+pub(super) fn snapshots_dir(root: &Path) -> PathBuf {
+    root.join("snapshots")
+}
+
+/// Removes every read-only checkpoint (at open, and after a vacuum).
+pub(super) fn remove_snapshots(root: &Path) {
+    let dir = snapshots_dir(root);
+    if let Err(error) = fs::remove_dir_all(&dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %dir.display(), %error, "could not remove read snapshots");
+    }
 }
 
 fn generation(dir: &Path) -> u64 {

@@ -20,7 +20,7 @@ pub mod queries;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use oxigraph::model::{
     GraphName, GraphNameRef, Literal, NamedNode, NamedNodeRef, NamedOrBlankNode, Quad, QuadRef, Term,
@@ -85,6 +85,51 @@ pub struct Store {
     root: Option<PathBuf>,
     /// Serializes writers and caches what only writers change.
     writer: Mutex<WriterState>,
+    /// The newest read-only checkpoint ([`Store::read_snapshot`]).
+    snapshot: Mutex<Option<Arc<ReadSnapshot>>>,
+}
+
+/// A read-only checkpoint of the store in its own directory, removed when
+/// dropped.
+#[derive(Debug)]
+pub struct ReadSnapshot {
+    dir: PathBuf,
+    version: u64,
+}
+
+impl ReadSnapshot {
+    /// Its directory (an Oxigraph store).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ReadSnapshot {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.dir)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.dir.display(), %error, "could not remove a read snapshot");
+        }
+    }
+}
+
+/// Evaluates a caller's own read-only query on `store`, confined to
+/// `tenant`'s graph: whatever the query says (FROM, FROM NAMED, GRAPH), its
+/// dataset is replaced by that one graph before evaluation, and SERVICE
+/// calls are refused. `cancel` stops a long evaluation where the evaluator
+/// checks it (reads from the store).
+pub(crate) fn query_confined(
+    store: &oxigraph::store::Store,
+    tenant: &str,
+    query: spargebra::Query,
+    cancel: oxigraph::sparql::CancellationToken,
+) -> std::result::Result<QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
+    let graph = tenant_graph(tenant);
+    let mut prepared = SparqlEvaluator::new().with_cancellation_token(cancel).for_query(query);
+    prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
+    prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph)]);
+    prepared.on_store(store).execute()
 }
 
 /// What the single writer knows without reading it back. RocksDB keeps a
@@ -125,7 +170,7 @@ impl Store {
                 StoreError::Storage(source)
             }
         })?;
-        let store = Store { inner: RwLock::new(inner), root: Some(root.to_path_buf()), writer: Mutex::new(WriterState::default()) };
+        let store = Store { inner: RwLock::new(inner), root: Some(root.to_path_buf()), writer: Mutex::new(WriterState::default()), snapshot: Mutex::new(None) };
         store.init_metadata()?;
         if layout::vacuum_pending(root) {
             tracing::info!("finishing a vacuum interrupted before the last shutdown");
@@ -140,6 +185,7 @@ impl Store {
             inner: RwLock::new(oxigraph::store::Store::new()?),
             root: None,
             writer: Mutex::new(WriterState::default()),
+            snapshot: Mutex::new(None),
         };
         store.init_metadata()?;
         Ok(store)
@@ -210,21 +256,50 @@ impl Store {
     }
 
     /// Evaluates a caller's own read-only query, confined to `tenant`'s
-    /// graph: whatever the query says (FROM, FROM NAMED, GRAPH), its dataset
-    /// is replaced by that one graph before evaluation, and SERVICE calls are
-    /// refused. `cancel` stops a long evaluation.
+    /// graph (see [`query_confined`]).
     pub fn query_confined(
         &self,
         tenant: &str,
         query: spargebra::Query,
         cancel: oxigraph::sparql::CancellationToken,
     ) -> std::result::Result<QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
-        let graph = tenant_graph(tenant);
-        let mut prepared = SparqlEvaluator::new().with_cancellation_token(cancel).for_query(query);
-        prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
-        prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph)]);
-        let store = self.handle();
-        prepared.on_store(&store).execute()
+        query_confined(&self.handle(), tenant, query, cancel)
+    }
+
+    /// Opens a checkpoint made by [`Store::read_snapshot`], read-only (no
+    /// process writes a checkpoint).
+    pub fn open_snapshot(dir: &Path) -> Result<Store> {
+        let inner = oxigraph::store::Store::open_read_only(dir)?;
+        Ok(Store { inner: RwLock::new(inner), root: None, writer: Mutex::new(WriterState::default()), snapshot: Mutex::new(None) })
+    }
+
+    /// A read-only checkpoint of the store as of now (RocksDB hard links,
+    /// cheap), for evaluating a client's query in another process. Reused
+    /// while the snapshot version stays the same; its directory is removed
+    /// when the last holder drops it, and every checkpoint is removed by a
+    /// vacuum (they would keep destroyed content). `None` for a store in
+    /// memory.
+    pub fn read_snapshot(&self) -> Result<Option<Arc<ReadSnapshot>>> {
+        let Some(root) = &self.root else { return Ok(None) };
+        let version = self.snapshot_version()?;
+        let mut cached = self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(snapshot) = cached.as_ref()
+            && snapshot.version == version
+            && snapshot.dir.exists()
+        {
+            return Ok(Some(Arc::clone(snapshot)));
+        }
+        let parent = layout::snapshots_dir(root);
+        std::fs::create_dir_all(&parent).map_err(|source| StoreError::Io { path: parent.clone(), source })?;
+        let dir = parent.join(format!("{version}-{}", ulid::Ulid::generate()));
+        // Taken under the writer lock, so no vacuum runs while it is made.
+        {
+            let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.handle().backup(&dir)?;
+        }
+        let snapshot = Arc::new(ReadSnapshot { dir, version });
+        *cached = Some(Arc::clone(&snapshot));
+        Ok(Some(snapshot))
     }
 
     /// Runs a maintenance query across every graph (the change feed); never
@@ -326,6 +401,9 @@ impl Store {
         }
         drop(old);
         layout::remove_stale_generations(root, &next_dir);
+        // Checkpoints hard-link the old files, destroyed content included.
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        layout::remove_snapshots(root);
         layout::clear_vacuum_pending(root)?;
         Ok(())
     }
