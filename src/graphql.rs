@@ -9,8 +9,14 @@
 //!   `memory:write` (error code `FORBIDDEN`).
 //! - Errors carry `extensions.code`: `BAD_USER_INPUT`, `NOT_FOUND`,
 //!   `FORBIDDEN`, `UNAVAILABLE` or `INTERNAL`.
-//! - Depth (12) and complexity (2,000) are limited; the SDL is checked in as
-//!   `schema/schema.graphql` and a test fails when it drifts.
+//! - Before parsing, the request's nesting is bounded ([`crate::limits`]);
+//!   before executing, its field depth ([`MAX_DEPTH`], introspection
+//!   [`MAX_INTROSPECTION_DEPTH`], so GraphiQL's start-up query passes) and
+//!   fragment hops are checked ([`decode_request`]), and its cost is
+//!   bounded by a complexity model that charges list fields by the atoms
+//!   they load ([`MAX_COMPLEXITY`]; a whole-tenant scan costs
+//!   [`SCAN_COST`]). The SDL is checked in as `schema/schema.graphql` and a
+//!   test fails when it drifts.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,9 +31,127 @@ use crate::token::Principal;
 /// The schema type.
 pub type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
 
+/// Deepest chain of fields a query may select.
+pub const MAX_DEPTH: usize = 12;
+/// Deepest chain of fields under `__schema` / `__type` (GraphiQL's
+/// introspection query nests `ofType` 8 levels under `__schema.types.fields.type`).
+pub const MAX_INTROSPECTION_DEPTH: usize = 20;
+/// Most fragments a selection may pass through (`...A` inside `...B` …).
+pub const MAX_FRAGMENT_HOPS: usize = 16;
+/// Largest cost of one request.
+pub const MAX_COMPLEXITY: usize = 5_000;
+/// Cost of a field that reads every atom of the tenant (`entities`,
+/// `scopes`): at most four per request.
+pub const SCAN_COST: usize = 1_000;
+
 /// Builds the schema over `shared`.
 pub fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription).data(shared).limit_depth(12).limit_complexity(2_000).finish()
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription).data(shared).limit_complexity(MAX_COMPLEXITY).limit_recursive_depth(64).finish()
+}
+
+/// Decodes a GraphQL-over-HTTP JSON body, refusing documents nested,
+/// selected or chained through fragments deeper than the limits before
+/// anything recursive runs on them. The message says which limit.
+pub fn decode_request(body: &[u8]) -> Result<async_graphql::Request, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_owned())?;
+    crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING).map_err(|e| e.to_string())?;
+    let request: async_graphql::Request = serde_json::from_str(text)
+        .map_err(|e| format!("the body is not a GraphQL request (a JSON object with a \"query\" string): {e}"))?;
+    crate::limits::check_nesting(&request.query, crate::limits::Syntax::Graphql, crate::limits::GRAPHQL_MAX_NESTING).map_err(|e| e.to_string())?;
+    let document = async_graphql::parser::parse_query(&request.query).map_err(|e| format!("malformed GraphQL document: {e}"))?;
+    check_depth(&document)?;
+    Ok(request)
+}
+
+/// Heights of a selection: the longest chain of ordinary fields, of
+/// introspection fields, and of fragment hops.
+#[derive(Debug, Clone, Copy, Default)]
+struct Height {
+    fields: usize,
+    introspection: usize,
+    hops: usize,
+}
+
+fn check_depth(document: &async_graphql::parser::types::ExecutableDocument) -> Result<(), String> {
+    use async_graphql::parser::types::DocumentOperations;
+    let mut walk = DepthWalk { document, memo: std::collections::HashMap::new(), active: Vec::new() };
+    let operations: Vec<&async_graphql::parser::types::SelectionSet> = match &document.operations {
+        DocumentOperations::Single(op) => vec![&op.node.selection_set.node],
+        DocumentOperations::Multiple(ops) => ops.values().map(|op| &op.node.selection_set.node).collect(),
+    };
+    for set in operations {
+        let height = walk.height(set, 0)?;
+        if height.fields > MAX_DEPTH {
+            return Err(format!("the query selects fields nested {} deep; the limit is {MAX_DEPTH}", height.fields));
+        }
+        if height.introspection > MAX_INTROSPECTION_DEPTH {
+            return Err(format!("the introspection query is nested {} deep; the limit is {MAX_INTROSPECTION_DEPTH}", height.introspection));
+        }
+    }
+    Ok(())
+}
+
+struct DepthWalk<'a> {
+    document: &'a async_graphql::parser::types::ExecutableDocument,
+    memo: std::collections::HashMap<&'a str, Height>,
+    active: Vec<&'a str>,
+}
+
+impl<'a> DepthWalk<'a> {
+    /// The heights of `set`; `hops` fragments are open above it. Stops as
+    /// soon as a limit is passed, so its own recursion stays shallow.
+    fn height(&mut self, set: &'a async_graphql::parser::types::SelectionSet, hops: usize) -> Result<Height, String> {
+        use async_graphql::parser::types::Selection;
+        let mut height = Height::default();
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    let name = field.node.name.node.as_str();
+                    let child = self.height(&field.node.selection_set.node, hops)?;
+                    if name == "__schema" || name == "__type" {
+                        height.introspection = height.introspection.max(1 + child.fields.max(child.introspection));
+                    } else {
+                        height.fields = height.fields.max(1 + child.fields);
+                        height.introspection = height.introspection.max(child.introspection);
+                    }
+                    height.hops = height.hops.max(child.hops);
+                }
+                Selection::InlineFragment(fragment) => {
+                    let child = self.height(&fragment.node.selection_set.node, hops)?;
+                    height = merge(height, child);
+                }
+                Selection::FragmentSpread(spread) => {
+                    let name = spread.node.fragment_name.node.as_str();
+                    if hops + 1 > MAX_FRAGMENT_HOPS {
+                        return Err(format!("fragments are spread inside each other more than {MAX_FRAGMENT_HOPS} deep"));
+                    }
+                    let child = match self.memo.get(name) {
+                        Some(known) => *known,
+                        None => {
+                            if self.active.contains(&name) {
+                                return Err(format!("fragment '{name}' spreads itself"));
+                            }
+                            let Some((key, definition)) = self.document.fragments.get_key_value(name) else { continue };
+                            self.active.push(key.as_str());
+                            let computed = self.height(&definition.node.selection_set.node, hops + 1)?;
+                            self.active.pop();
+                            self.memo.insert(key.as_str(), computed);
+                            computed
+                        }
+                    };
+                    height = merge(height, Height { hops: child.hops + 1, ..child });
+                }
+            }
+            if height.fields > MAX_DEPTH || height.introspection > MAX_INTROSPECTION_DEPTH || height.hops > MAX_FRAGMENT_HOPS {
+                return Ok(height);
+            }
+        }
+        Ok(height)
+    }
+}
+
+fn merge(a: Height, b: Height) -> Height {
+    Height { fields: a.fields.max(b.fields), introspection: a.introspection.max(b.introspection), hops: a.hops.max(b.hops) }
 }
 
 /// The schema in SDL (what `schema/schema.graphql` holds).
@@ -225,12 +349,15 @@ fn caller(principal: &Principal, scope: Option<ScopeArg>) -> Caller {
     )
 }
 
-/// Runs blocking facade work off the async workers.
+/// Runs blocking facade work on the shared bounded pool
+/// ([`crate::blocking`]); a full pool is `BUSY`, a deadline `TIMEOUT`.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static) -> Result<T, async_graphql::Error> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| {
-        tracing::error!(error = %e, "GraphQL resolver panicked");
-        coded("internal error", "INTERNAL")
-    })?
+    match crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, work).await {
+        Ok(result) => result,
+        Err(refused @ crate::blocking::Refused::Busy(_)) => Err(coded(refused.to_string(), "BUSY")),
+        Err(refused @ crate::blocking::Refused::Timeout(_)) => Err(coded(refused.to_string(), "TIMEOUT")),
+        Err(refused) => Err(coded(refused.to_string(), "INTERNAL")),
+    }
 }
 
 /// Queries.
@@ -240,6 +367,7 @@ pub struct QueryRoot;
 #[Object]
 impl QueryRoot {
     /// Atoms of your tenant, newest first, filtered, `first` per page (at most 200).
+    #[graphql(complexity = "5 + usize::try_from(first).unwrap_or(0).min(crate::memory::MAX_PAGE) * child_complexity")]
     async fn atoms(&self, ctx: &Context<'_>, filter: Option<AtomFilterInput>, #[graphql(default = 20)] first: i32, after: Option<String>) -> async_graphql::Result<AtomConnection> {
         let (principal, memory) = access(ctx, false)?;
         let f = filter.unwrap_or_default();
@@ -266,12 +394,14 @@ impl QueryRoot {
     }
 
     /// One atom with its whole evolution chain (both directions), derived lessons and audit entries.
+    #[graphql(complexity = "20 + child_complexity")]
     async fn atom(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<History> {
         let (principal, memory) = access(ctx, false)?;
         blocking(move || memory.history(&caller(&principal, None), &id).map_err(memory_error)).await
     }
 
-    /// Entities and the atoms mentioning them, most mentioned first.
+    /// Entities and the atoms mentioning them, most mentioned first (reads every atom).
+    #[graphql(complexity = "SCAN_COST + usize::try_from(first).unwrap_or(0).min(500) * child_complexity")]
     async fn entities(&self, ctx: &Context<'_>, #[graphql(default = 50)] first: i32) -> async_graphql::Result<Vec<EntityCount>> {
         let (principal, memory) = access(ctx, false)?;
         let first = usize::try_from(first).unwrap_or(0).min(500);
@@ -290,7 +420,8 @@ impl QueryRoot {
         .await
     }
 
-    /// Scopes your tenant's atoms were written in.
+    /// Scopes your tenant's atoms were written in (reads every atom).
+    #[graphql(complexity = "SCAN_COST + child_complexity")]
     async fn scopes(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<ScopeCount>> {
         let (principal, memory) = access(ctx, false)?;
         blocking(move || {
@@ -304,12 +435,14 @@ impl QueryRoot {
     }
 
     /// memory_stats.
+    #[graphql(complexity = "100 + child_complexity")]
     async fn stats(&self, ctx: &Context<'_>) -> async_graphql::Result<Stats> {
         let (principal, memory) = access(ctx, false)?;
         blocking(move || memory.stats(&caller(&principal, None)).map_err(memory_error)).await
     }
 
     /// memory_recall, with each stage's contribution when `explain` is set.
+    #[graphql(complexity = "50 + usize::try_from(max_results).unwrap_or(0).min(100) * child_complexity")]
     async fn recall(
         &self,
         ctx: &Context<'_>,
@@ -385,18 +518,21 @@ fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> async_gra
 #[Object]
 impl MutationRoot {
     /// memory_memorize.
+    #[graphql(complexity = "50 + child_complexity")]
     async fn memorize(&self, ctx: &Context<'_>, content: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "content": content, "source": source }))?;
         write(ctx, scope, crate::tools::ToolCall::Memorize(args)).await
     }
 
     /// memory_correct: negate, confirm_actual, confirm_necessary, demote, replace.
+    #[graphql(complexity = "50 + child_complexity")]
     async fn correct(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, new_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "new_content": new_content }))?;
         write(ctx, None, crate::tools::ToolCall::Correct(args)).await
     }
 
     /// memory_govern: quarantine, restore, seal, tombstone, derive_lesson.
+    #[graphql(complexity = "50 + child_complexity")]
     async fn govern(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, lesson_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "lesson_content": lesson_content }))?;
         write(ctx, None, crate::tools::ToolCall::Govern(args)).await
@@ -404,6 +540,7 @@ impl MutationRoot {
 
     /// reflect (seed 004): summarize, promote, expire, decay, archive over
     /// your tenant. A dry run needs memory:read, a real run memory:write.
+    #[graphql(complexity = "SCAN_COST + child_complexity")]
     async fn reflect(&self, ctx: &Context<'_>, input: Option<crate::ReflectRequest>) -> async_graphql::Result<crate::ReflectReport> {
         let request = input.unwrap_or_default();
         let (principal, memory) = access(ctx, !request.dry_run)?;
@@ -412,6 +549,7 @@ impl MutationRoot {
     }
 
     /// memory_handoff.
+    #[graphql(complexity = "50 + child_complexity")]
     async fn handoff(&self, ctx: &Context<'_>, summary: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "summary": summary, "source": source }))?;
         write(ctx, scope, crate::tools::ToolCall::Handoff(args)).await

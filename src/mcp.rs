@@ -277,16 +277,17 @@ impl HmgServer {
         // The span travels with the blocking work; an entered guard must not
         // be held across the await (it would tag other tasks on this thread).
         let work = span.clone();
-        match tokio::task::spawn_blocking(move || work.in_scope(|| shared.call(call, &caller))).await {
+        let answer = tracing::Instrument::instrument(crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, move || work.in_scope(|| shared.call(call, &caller))), span.clone()).await;
+        match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error @ ToolError::Internal(_))) => {
                 span.in_scope(|| tracing::error!(%error, "tool failed"));
                 Err(error.to_string())
             }
             Ok(Err(error)) => Err(error.to_string()),
-            Err(join) => {
-                span.in_scope(|| tracing::error!(error = %join, "tool panicked"));
-                Err("internal error: the tool failed unexpectedly; nothing was acknowledged".to_owned())
+            Err(refused) => {
+                span.in_scope(|| tracing::warn!(%refused, "tool call not run to an answer"));
+                Err(refused.to_string())
             }
         }
     }
@@ -330,24 +331,140 @@ impl ServerHandler for HmgServer {
 }
 
 /// Serves MCP over stdin/stdout until the client disconnects.
+///
+/// A front reads stdin first and answers what the protocol library would
+/// otherwise drop or die on: a line that is not JSON gets `-32700`, one
+/// that is not a JSON-RPC message `-32600`; before `initialize`, a
+/// notification is ignored (it needs no answer) and any other request gets
+/// `-32002`. Everything else goes to rmcp as it came.
 pub async fn serve_stdio(server: HmgServer) -> Result<(), std::io::Error> {
     use rmcp::ServiceExt;
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(std::io::Error::other)?;
-    running.waiting().await.map_err(std::io::Error::other)?;
-    Ok(())
+    let (server_in, front_out) = tokio::io::duplex(1 << 20);
+    let (front_in, server_out) = tokio::io::duplex(1 << 20);
+    let stdout = Arc::new(tokio::sync::Mutex::new(tokio::io::stdout()));
+    let replies = tokio::spawn(copy_lines(front_in, Arc::clone(&stdout)));
+    let front = tokio::spawn(front(tokio::io::stdin(), front_out, stdout));
+    let running = server.serve((server_in, server_out)).await.map_err(std::io::Error::other);
+    let result = match running {
+        Ok(running) => running.waiting().await.map(|_| ()).map_err(std::io::Error::other),
+        Err(error) => Err(error),
+    };
+    front.abort();
+    let _ = replies.await;
+    result
 }
 
-/// The streamable HTTP service for `/mcp`: Origin validation on (loopback
-/// origins only), `Host` checked against `allowed_hosts`.
+/// Copies rmcp's output to stdout a whole line at a time (the front writes
+/// its own answers between lines).
+async fn copy_lines(from: tokio::io::DuplexStream, stdout: Arc<tokio::sync::Mutex<tokio::io::Stdout>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut lines = tokio::io::BufReader::new(from).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut out = stdout.lock().await;
+        if out.write_all(format!("{line}\n").as_bytes()).await.is_err() || out.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What the front does with one line from the client.
+#[derive(Debug, PartialEq)]
+enum FrontLine {
+    /// Pass it to rmcp (`true`: it is the `initialize` request).
+    Forward(bool),
+    /// Nothing to do.
+    Ignore,
+    /// Answer this error instead.
+    Answer(Value),
+}
+
+/// Classifies one stdin line; `initialized` says whether `initialize` went by.
+fn front_line(line: &str, initialized: bool) -> FrontLine {
+    let error = |id: Value, code: i64, message: String| FrontLine::Answer(serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }));
+    if line.trim().is_empty() {
+        return FrontLine::Ignore;
+    }
+    if let Err(e) = crate::limits::check_nesting(line, crate::limits::Syntax::Json, 64) {
+        return error(Value::Null, -32700, format!("Parse error: {e}"));
+    }
+    let message: Value = match serde_json::from_str(line) {
+        Ok(message) => message,
+        Err(e) => return error(Value::Null, -32700, format!("Parse error: the line is not JSON ({e})")),
+    };
+    let Some(object) = message.as_object() else {
+        let what = if message.is_array() { "batches are not supported; send one message per line" } else { "a message must be a JSON object" };
+        return error(Value::Null, -32600, format!("Invalid Request: {what}"));
+    };
+    let id = object.get("id").cloned();
+    let valid_id = id.as_ref().is_none_or(|id| id.is_string() || id.is_number());
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !valid_id {
+        return error(if valid_id { id.unwrap_or(Value::Null) } else { Value::Null }, -32600, "Invalid Request: expected a JSON-RPC 2.0 message (\"jsonrpc\": \"2.0\", a string or number id)".to_owned());
+    }
+    let method = object.get("method").and_then(Value::as_str);
+    if initialized {
+        return FrontLine::Forward(false);
+    }
+    match (method, id) {
+        (Some("initialize"), Some(id)) => {
+            let params_ok = object.get("params").and_then(|p| p.get("protocolVersion")).is_some_and(Value::is_string);
+            if params_ok { FrontLine::Forward(true) } else { error(id, -32602, "Invalid params: initialize needs params.protocolVersion (a string)".to_owned()) }
+        }
+        (Some(_), None) | (None, None) => FrontLine::Ignore,
+        (_, Some(id)) => error(id, -32002, "Server not initialized: send initialize first".to_owned()),
+    }
+}
+
+/// Reads the client's lines, forwards the good ones to rmcp, answers the rest.
+async fn front(stdin: tokio::io::Stdin, mut to_server: tokio::io::DuplexStream, stdout: Arc<tokio::sync::Mutex<tokio::io::Stdout>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut lines = tokio::io::BufReader::new(stdin).lines();
+    let mut initialized = false;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(error) => {
+                // Not UTF-8: answer and go on with the next line.
+                tracing::debug!(%error, "unreadable stdin line");
+                let answer = serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32700, "message": format!("Parse error: {error}") } });
+                let mut out = stdout.lock().await;
+                let _ = out.write_all(format!("{answer}\n").as_bytes()).await;
+                let _ = out.flush().await;
+                continue;
+            }
+        };
+        match front_line(&line, initialized) {
+            FrontLine::Forward(is_initialize) => {
+                initialized |= is_initialize;
+                if to_server.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            FrontLine::Ignore => tracing::debug!("ignored a message before initialize"),
+            FrontLine::Answer(answer) => {
+                let mut out = stdout.lock().await;
+                if out.write_all(format!("{answer}\n").as_bytes()).await.is_err() || out.flush().await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to_server.shutdown().await;
+}
+
+/// The streamable HTTP service for `/mcp`: Origin validation on
+/// (`allowed_origins`), `Host` checked against `allowed_hosts` (empty:
+/// any). The server's own guard checks both first, on every route.
 pub fn http_service(
     server: HmgServer,
     allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
     cancel: tokio_util::sync::CancellationToken,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<HmgServer, rmcp::transport::streamable_http_server::session::local::LocalSessionManager> {
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
-        .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])
+        .with_allowed_origins(allowed_origins)
         .with_max_request_body_bytes(1024 * 1024)
         .with_cancellation_token(cancel);
     StreamableHttpService::new(move || Ok(server.session()), Default::default(), config)
@@ -372,6 +489,24 @@ mod tests {
         assert_eq!(resolver.resolve("alice", Some(&forged)), None, "falls through to roots, then tenant-wide");
         let hooked = crate::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
         assert_eq!(resolver.resolve("alice", Some(&hooked)), Some(Scope::tenant("alice").with_workspace("acme").with_repository("api")));
+    }
+
+    #[test]
+    fn the_stdio_front_answers_protocol_errors() {
+        let code = |answer: FrontLine| match answer {
+            FrontLine::Answer(value) => value["error"]["code"].as_i64(),
+            _ => None,
+        };
+        assert_eq!(code(front_line("garbage", false)), Some(-32700));
+        assert_eq!(code(front_line(&"[".repeat(10_000), true)), Some(-32700));
+        assert_eq!(code(front_line("[]", true)), Some(-32600));
+        assert_eq!(code(front_line(r#"{"id": 1, "method": "tools/list"}"#, true)), Some(-32600));
+        assert_eq!(front_line(r#"{"jsonrpc": "2.0", "method": "notifications/initialized"}"#, false), FrontLine::Ignore);
+        assert_eq!(code(front_line(r#"{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}"#, false)), Some(-32002));
+        assert_eq!(code(front_line(r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}"#, false)), Some(-32602));
+        let init = r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}"#;
+        assert_eq!(front_line(init, false), FrontLine::Forward(true));
+        assert_eq!(front_line(r#"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#, true), FrontLine::Forward(false));
     }
 
     #[test]

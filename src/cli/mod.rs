@@ -217,6 +217,29 @@ pub enum Command {
         #[arg(long, default_value = "json")]
         format: String,
     },
+    /// Evaluates one SPARQL query for `hmg serve` in a separate process
+    /// (internal: started by the server, never by hand).
+    #[command(hide = true, name = "sparql-worker")]
+    SparqlWorker {
+        /// A read-only checkpoint of the store.
+        #[arg(long)]
+        snapshot: PathBuf,
+        /// The tenant whose graph the query sees.
+        #[arg(long)]
+        tenant: String,
+        /// The media type to answer in.
+        #[arg(long)]
+        accept: String,
+        /// Time limit.
+        #[arg(long)]
+        timeout_ms: u64,
+        /// Largest serialized result.
+        #[arg(long)]
+        max_result_bytes: usize,
+        /// Memory limit of this process.
+        #[arg(long)]
+        max_memory_bytes: u64,
+    },
     /// Serve the memory tools over MCP on stdin/stdout (for agent hosts).
     Mcp,
     /// Serve HTTP: `/mcp` (streamable HTTP MCP) and `/healthz`.
@@ -224,6 +247,15 @@ pub enum Command {
         /// Address to listen on (loopback only without access tokens).
         #[arg(long, default_value = "127.0.0.1:7411")]
         listen: String,
+        /// Another Host name to serve (besides localhost, 127.0.0.1 and [::1] on loopback); repeatable.
+        #[arg(long = "allow-host", env = "HMG_ALLOW_HOSTS", value_delimiter = ',', value_name = "NAME")]
+        allow_hosts: Vec<String>,
+        /// A browser origin allowed to call the server (e.g. http://localhost:3000); repeatable. Others are refused.
+        #[arg(long = "allow-origin", env = "HMG_ALLOW_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
+        /// Seconds shutdown (SIGINT/SIGTERM) waits for in-flight requests.
+        #[arg(long, default_value_t = 10)]
+        shutdown_grace_secs: u64,
     },
     /// Access tokens for `hmg serve`.
     Token {
@@ -258,8 +290,13 @@ pub enum HookCommand {
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Create a token for the tenant (`--tenant`, default the OS user); the secret is shown once.
+    ///
+    /// memory:read reads (recall, GraphQL queries, SPARQL, REST search and
+    /// lists, reflect dry runs). memory:write writes and implies memory:read:
+    /// every write answers with what it found (a duplicate's id, the memory
+    /// a REST add updated), so a write-only token could not be read-blind.
     Create {
-        /// Granted scope: memory:read, memory:write (repeat or comma-separate).
+        /// Granted scope: memory:read, memory:write (implies read); repeat or comma-separate.
         #[arg(long = "scope", required = true)]
         scopes: Vec<String>,
         /// A label.
@@ -440,6 +477,11 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         }
         return Ok(Exit::Ok);
     }
+    if let Command::SparqlWorker { snapshot, tenant, accept, timeout_ms, max_result_bytes, max_memory_bytes } = &cli.command {
+        let limits = crate::sparql::Limits { timeout: std::time::Duration::from_millis(*timeout_ms), max_result_bytes: *max_result_bytes, max_memory_bytes: *max_memory_bytes };
+        let code = crate::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
+        return Ok(if code == 0 { Exit::Ok } else { Exit::Rejected });
+    }
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
         return serve(cli, out);
     }
@@ -511,7 +553,15 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
         )
         .into());
     }
-    let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    // Blocking work is bounded by `crate::blocking`; the thread pool under it
+    // is capped too, and idle threads go away quickly after a burst.
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .max_blocking_threads(crate::blocking::MAX_BLOCKING_THREADS)
+            .thread_keep_alive(crate::blocking::BLOCKING_KEEP_ALIVE)
+            .build()
+    };
     match cli.command {
         Command::Hook { command: HookCommand::PreToolUse } => {
             let input = crate::hook::read_input(&mut std::io::stdin())?;
@@ -542,13 +592,24 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
             shared.flush()?;
             Ok(Exit::Ok)
         }
-        Command::Serve { listen } => {
+        Command::Serve { listen, allow_hosts, allow_origins, shutdown_grace_secs } => {
             let tokens = std::sync::Arc::new(crate::token::TokenStore::new(&dir));
             let address = crate::server::listen_address(&listen, tokens.any_active()?)?;
             let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
-            runtime()?.block_on(crate::server::serve(shared, tokens, address, |bound| {
-                eprintln!("hmg: serving http://{bound} (MCP at /mcp, GraphQL and its explorer at /graphql, SPARQL at /sparql)");
-            }))?;
+            let options = crate::server::ServeOptions {
+                allowed_hosts: allow_hosts,
+                allowed_origins: allow_origins,
+                sparql_worker: std::env::current_exe().ok(),
+                shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
+                ..crate::server::ServeOptions::default()
+            };
+            let runtime = runtime()?;
+            let served = runtime.block_on(crate::server::serve(shared, tokens, address, options, |bound| {
+                eprintln!("hmg: serving http://{bound} (MCP at /mcp, GraphQL and its explorer at /graphql, SPARQL at /sparql, REST at /api/v1/hetamem/vg)");
+            }));
+            // Work abandoned at the end of the grace period is not waited for.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            served?;
             Ok(Exit::Ok)
         }
         _ => Ok(Exit::Ok),
@@ -643,7 +704,7 @@ fn dispatch(
         }
         // `execute` runs evaluations before any store is opened (they use a
         // fresh in-memory one), so they never reach this dispatcher.
-        Command::Eval { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
+        Command::Eval { .. } | Command::SparqlWorker { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let outcome: crate::CorrectOutcome = match &local {
                 Some(memory) => memory.correct(&caller, CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content })?,
@@ -815,7 +876,16 @@ fn dispatch(
                 "ntriples" => "application/n-triples",
                 other => return Err(MemoryError::invalid("format", format!("unknown format '{other}'; expected json, xml, csv, tsv, turtle or ntriples")).into()),
             };
-            match crate::sparql::answer(memory, &caller.scope.tenant_id, &text, accept, crate::sparql::DEFAULT_TIMEOUT) {
+            // Evaluated like the server does: in a worker process over a
+            // read-only checkpoint, so the limits hold.
+            let limits = crate::sparql::Limits::default();
+            let answer = match (memory.store().read_snapshot().map_err(MemoryError::from)?, std::env::current_exe()) {
+                (Some(snapshot), Ok(worker)) => tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(
+                    crate::sparql::answer_isolated(&worker, snapshot.dir(), &caller.scope.tenant_id, &text, accept, limits),
+                ),
+                _ => crate::sparql::answer(memory.store(), &caller.scope.tenant_id, &text, accept, limits),
+            };
+            match answer {
                 Ok(answer) => {
                     out.write_all(&answer.body)?;
                     Ok(Exit::Ok)

@@ -1,22 +1,43 @@
-//! `hmg serve`: the HTTP server. `/mcp` (streamable HTTP MCP), `/sparql`
-//! (read-only SPARQL 1.1 Protocol), `/healthz` and the OAuth
-//! protected-resource metadata; every request is traced.
+//! `hmg serve`: the HTTP server. `/mcp` (streamable HTTP MCP), `/graphql`
+//! (queries, and the explorer page on GET), `/sparql` (read-only SPARQL 1.1
+//! Protocol), the REST API under `/api/v1/hetamem/vg`, `/healthz` and the
+//! OAuth protected-resource metadata; every request is traced.
 //!
 //! **Invariants:**
 //! - Without access tokens the server binds loopback only; any other
 //!   address is refused at start with a message saying why.
-//! - With tokens, every route but `/healthz` and the metadata needs a bearer
-//!   token: 401 with `WWW-Authenticate` without a valid one, 403 when its
-//!   scopes do not allow the operation. The token's tenant is the only
-//!   tenant a request can reach.
-//! - Shutdown (SIGINT / SIGTERM) stops accepting, lets in-flight requests
-//!   (and so acknowledged writes) finish, then flushes the store.
+//! - With tokens, every route but `/healthz`, the metadata, the explorer
+//!   page and the OpenAPI document needs a bearer token: 401 with
+//!   `WWW-Authenticate` without a valid one, 403 when its scopes do not
+//!   allow the operation. The token's tenant is the only tenant a request
+//!   can reach.
+//! - Browsers: foreign `Host` names and cross-origin requests are refused
+//!   on every route ([`guard`]), so a web page can neither drive nor read a
+//!   tokenless server.
+//! - Cost is bounded: bodies over [`MAX_BODY_BYTES`] get 413 on every route;
+//!   text is checked for nesting depth before any parser runs
+//!   ([`crate::limits`]); facade work runs on the bounded pool of
+//!   [`crate::blocking`] with a deadline; SPARQL runs in a killable,
+//!   memory-capped child process, at most [`sparql_slots`] at a time; one
+//!   client (token, or peer address) has at most
+//!   [`ServeOptions::max_in_flight`] requests in progress (429 +
+//!   `Retry-After` past that).
+//! - Shutdown (SIGINT / SIGTERM) stops accepting, gives in-flight requests
+//!   [`ServeOptions::shutdown_grace`] to finish, then flushes the store and
+//!   returns; acknowledged writes are committed before they are answered, so
+//!   cutting the rest short loses none.
 
+mod guard;
+mod peer;
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -53,6 +74,46 @@ pub enum ServeError {
 /// Largest request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// How a server limits what requests may cost, and whom it serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Host names served besides the loopback names (`--allow-host`).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the server (`--allow-origin`).
+    pub allowed_origins: Vec<String>,
+    /// The `hmg` executable that evaluates SPARQL in a child process
+    /// (`None`: evaluate in this process, bounded by time and result size
+    /// only).
+    pub sparql_worker: Option<PathBuf>,
+    /// Limits of one SPARQL evaluation.
+    pub sparql: crate::sparql::Limits,
+    /// Deadline of one request's facade work.
+    pub request_deadline: Duration,
+    /// Requests one client may have in progress at once.
+    pub max_in_flight: usize,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            sparql_worker: None,
+            sparql: crate::sparql::Limits::default(),
+            request_deadline: crate::blocking::DEFAULT_DEADLINE,
+            max_in_flight: 32,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// SPARQL evaluations that may run at once (one per core, at least two).
+pub fn sparql_slots() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
 /// Parses and checks `--listen`: a non-loopback address needs tokens.
 pub fn listen_address(text: &str, tokens_configured: bool) -> Result<SocketAddr, ServeError> {
     let address: SocketAddr = text.trim().parse().map_err(|_| ServeError::BadAddress(text.to_owned()))?;
@@ -69,6 +130,9 @@ struct AppState {
     tokens: Arc<TokenStore>,
     local_tenant: String,
     schema: crate::graphql::HmgSchema,
+    options: Arc<ServeOptions>,
+    sparql_slots: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 /// The explorer page (GraphiQL, with its assets served from this server).
@@ -103,33 +167,33 @@ async fn explorer_asset(axum::extract::Path(name): axum::extract::Path<String>) 
     }
 }
 
-/// POST `/graphql`. A request that is not GraphQL over HTTP, or a document
-/// that does not parse or validate, gets 400; field errors keep 200 with
+/// POST `/graphql`: `application/json` only (a page may send `text/plain`,
+/// forms and multipart cross-origin without a preflight). A request that is
+/// not GraphQL over HTTP, a document nested or selected too deep, or one
+/// that does not parse or validate gets 400; field errors keep 200 with
 /// `errors` beside the data.
-async fn graphql(
-    State(state): State<AppState>,
-    axum::Extension(principal): axum::Extension<Principal>,
-    request: Result<async_graphql_axum::GraphQLRequest, async_graphql_axum::rejection::GraphQLRejection>,
-) -> Response {
-    let request = match request {
-        Ok(request) => request.into_inner().data(principal),
-        Err(rejection) => {
-            let message = match rejection.0 {
-                async_graphql::ParseRequestError::InvalidRequest(e) => format!("the body is not a GraphQL request (JSON with a \"query\" string): {e}"),
-                async_graphql::ParseRequestError::PayloadTooLarge => "the request body is too large".to_owned(),
-                other => format!("malformed GraphQL request: {other}"),
-            };
-            return error(StatusCode::BAD_REQUEST, message);
-        }
+async fn graphql(State(state): State<AppState>, axum::Extension(principal): axum::Extension<Principal>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    if !guard::is_json(&headers) {
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the GraphQL request as JSON with Content-Type: application/json");
+    }
+    let request = match crate::graphql::decode_request(&body) {
+        Ok(request) => request.data(principal),
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     let span = tracing::info_span!("graphql", operation = request.operation_name.as_deref().unwrap_or(""));
-    let response = tracing::Instrument::instrument(state.schema.execute(request), span).await;
+    let deadline = state.options.request_deadline;
+    let response = match tokio::time::timeout(deadline, tracing::Instrument::instrument(state.schema.execute(request), span)).await {
+        Ok(response) => response,
+        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, crate::blocking::Refused::Timeout(deadline.as_secs())),
+    };
     let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
-    let forbidden = response.errors.iter().any(|e| {
-        e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from("FORBIDDEN"))
-    });
-    let status = if forbidden {
+    let code = |wanted: &str| {
+        response.errors.iter().any(|e| e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from(wanted)))
+    };
+    let status = if code("FORBIDDEN") {
         StatusCode::FORBIDDEN
+    } else if code("BUSY") && response.data == async_graphql::Value::Null {
+        StatusCode::TOO_MANY_REQUESTS
     } else if request_error {
         StatusCode::BAD_REQUEST
     } else {
@@ -137,6 +201,9 @@ async fn graphql(
     };
     let mut http = async_graphql_axum::GraphQLResponse::from(response).into_response();
     *http.status_mut() = status;
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        http.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    }
     http
 }
 
@@ -259,19 +326,54 @@ async fn sparql(
     let Some(memory) = state.shared.local() else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the store is open in another hmg process; SPARQL is served by the process that owns it");
     };
-    let tenant = principal.tenant.clone();
-    let answer = tokio::task::spawn_blocking(move || crate::sparql::answer(&memory, &tenant, &text, &accept, crate::sparql::DEFAULT_TIMEOUT)).await;
     use crate::sparql::SparqlError as E;
-    match answer {
-        Ok(Ok(answer)) => ([(header::CONTENT_TYPE, answer.media_type)], answer.body).into_response(),
-        Ok(Err(e @ (E::Syntax(_) | E::Update | E::Evaluation(_)))) => error(StatusCode::BAD_REQUEST, e),
-        Ok(Err(e @ E::TooLarge)) => error(StatusCode::PAYLOAD_TOO_LARGE, e),
-        Ok(Err(e @ E::NotAcceptable(_))) => error(StatusCode::NOT_ACCEPTABLE, e),
-        Ok(Err(e @ E::Timeout(_))) => error(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(join) => {
-            tracing::error!(error = %join, "SPARQL evaluation panicked");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while evaluating the query")
+    let Ok(_slot) = Arc::clone(&state.sparql_slots).try_acquire_owned() else {
+        return too_many(E::Busy.to_string());
+    };
+    let tenant = principal.tenant.clone();
+    let limits = state.options.sparql;
+    let answer = match &state.options.sparql_worker {
+        Some(worker) => {
+            let snapshot = match crate::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await {
+                Ok(Ok(Some(snapshot))) => snapshot,
+                Ok(Ok(None)) => return error(StatusCode::SERVICE_UNAVAILABLE, "SPARQL needs a store on disk"),
+                Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take a read snapshot of the store: {e}")),
+                Err(refused) => return refused_response(&refused),
+            };
+            crate::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
         }
+        None => match crate::blocking::run(limits.timeout + Duration::from_secs(1), move || crate::sparql::answer(memory.store(), &tenant, &text, &accept, limits)).await {
+            Ok(answer) => answer,
+            Err(refused) => return refused_response(&refused),
+        },
+    };
+    match answer {
+        Ok(answer) => ([(header::CONTENT_TYPE, answer.media_type)], answer.body).into_response(),
+        Err(e @ (E::Syntax(_) | E::Update | E::Evaluation(_) | E::TooDeep(_))) => error(StatusCode::BAD_REQUEST, e),
+        Err(e @ E::TooLarge) => error(StatusCode::PAYLOAD_TOO_LARGE, e),
+        Err(e @ E::NotAcceptable(_)) => error(StatusCode::NOT_ACCEPTABLE, e),
+        Err(e @ (E::Timeout(_) | E::ResultTooLarge(_) | E::OutOfMemory(_))) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(e @ E::Busy) => too_many(e.to_string()),
+        Err(e @ E::Worker(_)) => {
+            tracing::error!(error = %e, "SPARQL evaluation failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
+}
+
+/// 429 with `Retry-After`.
+fn too_many(message: String) -> Response {
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, message);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    response
+}
+
+/// The answer to work the pool refused or abandoned.
+pub(crate) fn refused_response(refused: &crate::blocking::Refused) -> Response {
+    match refused {
+        crate::blocking::Refused::Busy(_) => too_many(refused.to_string()),
+        crate::blocking::Refused::Timeout(_) => error(StatusCode::SERVICE_UNAVAILABLE, refused),
+        crate::blocking::Refused::Panicked => error(StatusCode::INTERNAL_SERVER_ERROR, refused),
     }
 }
 
@@ -337,21 +439,86 @@ async fn trace_request(request: axum::extract::Request, next: axum::middleware::
     response
 }
 
+/// Refuses bodies over [`MAX_BODY_BYTES`] on every route (413 naming the
+/// limit), by their declared length, and caps the body stream for routes
+/// whose handlers read it themselves (MCP).
+async fn limit_body(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+    }
+    let request = request.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES)));
+    let response = next.run(request).await;
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"text/plain")) {
+        // axum's own rejection (a chunked body past the limit): say which limit.
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+    }
+    response
+}
+
+/// Decrements a client's in-flight count when its request ends.
+struct InFlight {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    key: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// At most [`ServeOptions::max_in_flight`] requests per client (its token,
+/// or its address) until their answers start; 429 + `Retry-After` beyond.
+async fn admit(State(state): State<AppState>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let token = request.extensions().get::<Principal>().and_then(|p| p.token_id.clone());
+    let peer = request.extensions().get::<ConnectInfo<peer::Peer>>().map(|c| c.0.address.ip().to_string());
+    let key = match (token, peer) {
+        (Some(token), _) => format!("token:{token}"),
+        (None, Some(peer)) => format!("peer:{peer}"),
+        (None, None) => "local".to_owned(),
+    };
+    let guard = {
+        let mut counts = state.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(key.clone()).or_insert(0);
+        if *count >= state.options.max_in_flight {
+            drop(counts);
+            tracing::warn!(client = %key, limit = state.options.max_in_flight, "too many requests in flight");
+            return too_many(format!("too many requests in progress from this client (limit {}); retry shortly", state.options.max_in_flight));
+        }
+        *count += 1;
+        InFlight { counts: Arc::clone(&state.in_flight), key }
+    };
+    let response = next.run(request).await;
+    drop(guard);
+    response
+}
+
 /// The application's routes over `shared`, authenticated with `tokens`.
-pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken) -> Result<Router, ServeError> {
+pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken, options: ServeOptions) -> Result<Router, ServeError> {
     let local_tenant = crate::scope::os_user();
     let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
     let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), "[::1]".to_owned(), address.to_string()];
-    if !address.ip().is_loopback() {
-        // A network deployment is reached by its address or any name; tokens guard it.
-        hosts.clear();
-    }
+    let browser = Arc::new(guard::Guard::new(address, &options.allowed_hosts, &options.allowed_origins));
     let schema = crate::graphql::schema(Arc::clone(&shared));
     let rest = crate::rest::RestState::new(Arc::clone(&shared))?;
-    let state = AppState { shared, tokens, local_tenant, schema };
+    let state = AppState {
+        shared,
+        tokens,
+        local_tenant,
+        schema,
+        sparql_slots: Arc::new(tokio::sync::Semaphore::new(sparql_slots())),
+        in_flight: Arc::new(Mutex::new(HashMap::new())),
+        options: Arc::new(options),
+    };
     Ok(Router::new()
-        .nest_service("/mcp", crate::mcp::http_service(server, hosts, cancel))
+        .nest_service("/mcp", crate::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel))
         .route("/sparql", get(sparql).post(sparql))
         .route("/graphql", get(explorer_page).post(graphql))
         .route("/graphql/assets/{name}", get(explorer_asset))
@@ -359,29 +526,40 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
         .route("/healthz", get(healthz))
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))
+        .layer(axum::middleware::from_fn(peer::cancel_when_gone))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(limit_body))
+        .layer(axum::middleware::from_fn_with_state(browser, guard::guard))
         .layer(axum::middleware::from_fn(trace_request))
         .with_state(state))
 }
 
-/// Serves until SIGINT or SIGTERM; `ready` hears the bound address.
-pub async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+/// Serves until SIGINT or SIGTERM; `ready` hears the bound address. After
+/// the signal, in-flight requests get `options.shutdown_grace` to finish.
+pub async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, options: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     let io = |source| ServeError::Io { address: address.to_string(), source };
     let listener = tokio::net::TcpListener::bind(address).await.map_err(io)?;
     let bound = listener.local_addr().map_err(io)?;
     let cancel = tokio_util::sync::CancellationToken::new();
-    let app = router(Arc::clone(&shared), tokens, bound, cancel.clone())?;
+    let grace = options.shutdown_grace;
+    let app = router(Arc::clone(&shared), tokens, bound, cancel.clone(), options)?;
     ready(bound);
     let stopping = cancel.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            stopping.cancel();
-        })
-        .await
-        .map_err(io)?;
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<peer::Peer>()).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!(grace_s = grace.as_secs(), "shutting down: finishing in-flight requests");
+        stopping.cancel();
+    });
+    let deadline = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = server => result.map_err(io)?,
+        () = deadline => tracing::warn!(grace_s = grace.as_secs(), "shutdown grace period over; leaving the requests still in flight unanswered"),
+    }
     if let Err(error) = shared.flush() {
         tracing::warn!(%error, "flushing the store at shutdown failed");
     }
