@@ -96,6 +96,12 @@ fn the_explorer_page_runs_a_query_in_headless_chromium() {
         .output()
         .expect("node runs");
     assert_success(&out, "explorer in chromium");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Grafana dashboards"), "{}", String::from_utf8_lossy(&out.stdout));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Grafana dashboards"), "{stdout}");
+    // GraphiQL's introspection passed: the docs panel lists the Query fields.
+    let fields = stdout.lines().find_map(|line| line.strip_prefix("docs fields: ")).unwrap_or_else(|| panic!("no docs panel: {stdout}"));
+    for field in ["atoms", "atom", "entities", "scopes", "stats", "recall"] {
+        assert!(fields.split(", ").any(|f| f == field), "the docs panel lists {field}: {fields}");
+    }
     assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "a screenshot is kept at {}", screenshot.display());
 }

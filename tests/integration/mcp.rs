@@ -55,10 +55,16 @@ impl Served {
 
     /// Like [`Served::start`], with extra environment variables.
     pub(crate) fn start_with(store: &Path, env: &[(&str, &str)]) -> Served {
+        Served::start_with_args(store, &[], env)
+    }
+
+    /// Like [`Served::start`], with extra `hmg serve` arguments and environment variables.
+    pub(crate) fn start_with_args(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
         let mut child = Command::new(hmg_bin())
             .args(["--store"])
             .arg(store)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
             .env("USER", USER)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
@@ -76,6 +82,11 @@ impl Served {
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines.by_ref() {});
         Served { child, url }
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGTERM, then waits: the graceful shutdown path.
