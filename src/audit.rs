@@ -123,7 +123,9 @@ pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid,
         time,
         actor: record.actor,
         action: record.action,
-        reason: record.reason,
+        // Reasons are cleaned by the facade; redacting again here (before
+        // hashing) keeps a secret out of the chain whatever path wrote it.
+        reason: record.reason.map(|r| crate::text::redact(&r).text),
         target: record.target,
         generated: record.generated,
         status_before: record.status_before.map(|s| s.as_str().to_owned()),

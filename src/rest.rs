@@ -499,7 +499,12 @@ fn current(memory: &Memory, principal: &Principal, text: &str, id: AtomId, ids: 
 
 #[tracing::instrument(name = "rest_add", skip_all)]
 async fn add(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, headers: HeaderMap, body: Bytes) -> ApiResult<AddResponse> {
-    let request: AddRequest = json_body(&headers, &body)?;
+    let mut request: AddRequest = json_body(&headers, &body)?;
+    // Secrets leave the messages before anything reads them: the built-in
+    // extractor, an external extraction endpoint, the merge.
+    for message in &mut request.messages {
+        message.content = crate::text::redact(&message.content).text;
+    }
     let ids = ScopeIds { user_id: request.user_id.clone(), agent_id: request.agent_id.clone(), run_id: request.run_id.clone() };
     require_ids(&ids)?;
     if request.messages.is_empty() {

@@ -157,6 +157,8 @@ impl TokenStore {
 
     /// Creates a token; returns its record and the secret (shown once).
     pub fn create(&self, tenant: &str, scopes: &[String], name: Option<String>) -> Result<(TokenRecord, String), TokenError> {
+        // A label is stored text: a secret pasted into it is redacted.
+        let name = name.map(|n| crate::text::redact(&n).text);
         let tenant = tenant.trim();
         if tenant.is_empty() || tenant.chars().any(char::is_control) || tenant.chars().count() > crate::scope::MAX_SCOPE_COMPONENT_CHARS {
             return Err(TokenError::Invalid { field: "tenant", message: "a tenant name without control characters, at most 200 characters".to_owned() });

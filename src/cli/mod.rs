@@ -217,6 +217,12 @@ pub enum Command {
         #[arg(long, default_value = "json")]
         format: String,
     },
+    /// Show what HMG would store of a text: secrets replaced by
+    /// [REDACTED:kind] (nothing is written). Reads each line of stdin with `-`.
+    Redact {
+        /// The text, or `-` to redact standard input line by line.
+        text: String,
+    },
     /// Evaluates one SPARQL query for `hmg serve` in a separate process
     /// (internal: started by the server, never by hand).
     #[command(hide = true, name = "sparql-worker")]
@@ -477,6 +483,9 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         }
         return Ok(Exit::Ok);
     }
+    if let Command::Redact { text } = &cli.command {
+        return redact_command(text, cli.json, out);
+    }
     if let Command::SparqlWorker { snapshot, tenant, accept, timeout_ms, max_result_bytes, max_memory_bytes } = &cli.command {
         let limits = crate::sparql::Limits { timeout: std::time::Duration::from_millis(*timeout_ms), max_result_bytes: *max_result_bytes, max_memory_bytes: *max_memory_bytes };
         let code = crate::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
@@ -538,6 +547,27 @@ fn tokens(dir: &std::path::Path, command: &TokenCommand, tenant: Option<String>,
                 writeln!(out, "revoked {}", record.id)?;
             }
         }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `hmg redact`: the text as HMG would store it, and the kinds removed.
+fn redact_command(text: &str, json: bool, out: &mut dyn Write) -> Result<Exit, CliError> {
+    let mut show = |line: &str| -> Result<(), CliError> {
+        let redaction = crate::text::redact(line);
+        if json {
+            write_json(out, &serde_json::json!({ "text": redaction.text, "redactions": redaction.kinds }))?;
+        } else {
+            writeln!(out, "{}", redaction.text)?;
+        }
+        Ok(())
+    };
+    if text == "-" {
+        for line in std::io::BufRead::lines(std::io::stdin().lock()) {
+            show(&line?)?;
+        }
+    } else {
+        show(text)?;
     }
     Ok(Exit::Ok)
 }
@@ -704,7 +734,7 @@ fn dispatch(
         }
         // `execute` runs evaluations before any store is opened (they use a
         // fresh in-memory one), so they never reach this dispatcher.
-        Command::Eval { .. } | Command::SparqlWorker { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
+        Command::Eval { .. } | Command::SparqlWorker { .. } | Command::Redact { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let outcome: crate::CorrectOutcome = match &local {
                 Some(memory) => memory.correct(&caller, CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content })?,

@@ -420,7 +420,9 @@ pub(crate) fn clean_source(source: Option<&str>, default: &str) -> Result<String
     if source.chars().any(char::is_control) {
         return Err(MemoryError::invalid("source", "contains control characters"));
     }
-    Ok(source.to_owned())
+    // An attribution is stored text too: a secret in it is redacted like
+    // one in the content.
+    Ok(text::redact(source).text)
 }
 
 fn kind_class(kind: Kind) -> oxigraph::model::NamedNodeRef<'static> {
@@ -438,7 +440,32 @@ fn kind_of_class(iri: &str) -> Option<Kind> {
 }
 
 /// Writes a complete atom (and its scope node and entities) inside `tx`.
+///
+/// The last line of defence for secrets: the atom's content, source and
+/// session are redacted again here (a no-op for text that went through
+/// admission), so a write path that forgot the pass still stores nothing
+/// secret, and the entities are then taken from the redacted text.
 pub(crate) fn insert_atom(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]) -> Result<()> {
+    let redacted_content = atom.content.as_deref().map(text::redact);
+    let redacted_source = text::redact(&atom.source);
+    let redacted_session = atom.session_id.as_deref().map(text::redact);
+    let missed = redacted_content.as_ref().is_some_and(text::Redaction::changed)
+        || redacted_source.changed()
+        || redacted_session.as_ref().is_some_and(text::Redaction::changed);
+    if missed {
+        tracing::error!(atom = %atom.id, "a write path skipped redaction; redacted at the store boundary");
+        let mut clean = atom.clone();
+        clean.content = redacted_content.map(|r| r.text);
+        clean.source = redacted_source.text;
+        clean.session_id = redacted_session.map(|r| r.text);
+        let entities = clean.content.as_deref().map(text::extract_entities).unwrap_or_default();
+        clean.entities = entities.iter().map(|e| e.name.clone()).collect();
+        return write_atom_quads(tx, &clean, &entities);
+    }
+    write_atom_quads(tx, atom, entities)
+}
+
+fn write_atom_quads(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]) -> Result<()> {
     let tenant = &atom.scope.tenant_id;
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
