@@ -18,6 +18,7 @@ mod queries;
 mod recall;
 mod reflect;
 mod rest;
+mod secrets;
 mod redaction;
 
 use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};
