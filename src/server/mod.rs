@@ -456,6 +456,26 @@ async fn limit_body(request: axum::extract::Request, next: axum::middleware::Nex
     response
 }
 
+/// `/mcp` bodies get the same nesting check as every other JSON body, answered
+/// as a JSON-RPC parse error (rmcp's own parser would stop at depth 128 with
+/// a 415).
+async fn mcp_nesting(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+    };
+    if let Ok(text) = std::str::from_utf8(&bytes)
+        && let Err(too_deep) = crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
+    {
+        let answer = serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32700, "message": format!("Parse error: {too_deep}") } });
+        return (StatusCode::BAD_REQUEST, axum::Json(answer)).into_response();
+    }
+    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
 /// Decrements a client's in-flight count when its request ends.
 struct InFlight {
     counts: Arc<Mutex<HashMap<String, usize>>>,
@@ -518,7 +538,10 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
         options: Arc::new(options),
     };
     Ok(Router::new()
-        .nest_service("/mcp", crate::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel))
+        .nest_service(
+            "/mcp",
+            tower::Layer::layer(&axum::middleware::from_fn(mcp_nesting), crate::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel)),
+        )
         .route("/sparql", get(sparql).post(sparql))
         .route("/graphql", get(explorer_page).post(graphql))
         .route("/graphql/assets/{name}", get(explorer_asset))

@@ -141,6 +141,12 @@ s, _, b, t = sparql_post("SELECT (1" + "+1" * 3000 + " AS ?n) WHERE {}")
 case("SPARQL 3,000-term sum (a deep tree, no brackets)", s, t, "200", s == 200 and b"3001" in b, b.decode(errors="replace")[:300])
 s, _, b, t = sparql_post("SELECT (1" + "+1" * 25000 + " AS ?n) WHERE {}")
 case("SPARQL 25,000-term sum", s, t, "200 or 422 (time), no crash", s in (200, 422), b.decode(errors="replace")[:300])
+deep_json = '{"messages": [{"role": "user", "content": "x"}], "user_id": "u", "metadata": ' + "[" * 5000 + "]" * 5000 + "}"
+s, _, b, t = request("POST", "/api/v1/hetamem/vg/add", deep_json, {"Content-Type": "application/json"})
+case("REST add with a field nested 5,000 deep", s, t, "400 nesting limit", s == 400 and b"nested more than" in b, b.decode(errors="replace"))
+deep_rpc = '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": ' + "[" * 5000 + "]" * 5000 + "}"
+s, _, b, t = request("POST", "/mcp", deep_rpc, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+case("MCP over HTTP, params nested 5,000 deep", s, t, "400 JSON-RPC -32700", s == 400 and b"-32700" in b, b.decode(errors="replace"))
 s, _, b, t = gql("{" + "a {" * 12 + "b" + "}" * 13)
 case("GraphQL selection 13 fields deep", s, t, "400 depth limit", s == 400 and b"nested 13 deep" in b, b.decode(errors="replace"))
 fragments = " ".join(f"fragment F{i} on QueryRoot {{ ...F{i + 1} }}" for i in range(30)) + " fragment F30 on QueryRoot { stats { atoms } }"
