@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::atom::{AtomId, Status, parse_atom_id};
 use crate::extract::{Extractor, Message};
 use crate::memory::{
-    AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, GovernAction, GovernRequest, MAX_PAGE, MemorizeRequest, Memory, MemoryError,
+    AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, MAX_PAGE, MemorizeRequest, Memory, MemoryError,
     MergeEvent, MergeResult,
 };
 use crate::recall::RecallRequest;
@@ -676,17 +676,10 @@ async fn delete_one(
         let atom = current(&memory, &principal, &text, id, &ids)?;
         let caller = caller_for(&principal, atom.scope.clone());
         if purge {
-            // Every version, oldest last: the content of each is destroyed.
+            // Every version's content destroyed, in one transaction.
+            let destroyed = memory.purge_chain(&caller, &atom.id.to_string(), "purged through the REST API")?;
+            tracing::info!(destroyed, "purged");
             let history = memory.history(&caller, &atom.id.to_string())?;
-            for version in history.chain.iter().rev().filter(|v| v.status != Status::Tombstoned.as_str()) {
-                let request = GovernRequest {
-                    target_atom: version.atom_id.clone(),
-                    action: GovernAction::Tombstone,
-                    reason: "purged through the REST API".to_owned(),
-                    lesson_content: None,
-                };
-                memory.govern(&caller, request)?;
-            }
             return Ok(axum::Json(ChangeResponse {
                 message: "Memory purged: the content of every version is destroyed; the audit trail remains.".to_owned(),
                 id: Some(atom.id.to_string()),
@@ -728,25 +721,7 @@ async fn delete_all(State(state): State<RestState>, axum::Extension(principal): 
     let memory = access(&state, &principal, true)?;
     blocking(move || {
         let caller = caller_for(&principal, scope);
-        let filter = scope_filter(&caller.scope);
-        let mut deleted = 0;
-        loop {
-            // Each negation leaves the filter: always read the first page.
-            let page = memory.list_atoms(&caller, &filter, None, MAX_PAGE)?;
-            if page.atoms.is_empty() {
-                break;
-            }
-            let before = deleted;
-            for view in &page.atoms {
-                let request = CorrectRequest { target_atom: view.atom_id.clone(), action: CorrectAction::Negate, reason: "deleted through the REST API (DELETE all in scope)".to_owned(), new_content: None };
-                if memory.correct(&caller, request)?.effect == Effect::Applied {
-                    deleted += 1;
-                }
-            }
-            if deleted == before {
-                break;
-            }
-        }
+        let deleted = memory.negate_all(&caller, &scope_filter(&caller.scope), "deleted through the REST API (DELETE all in scope)")?;
         Ok(axum::Json(ChangeResponse { message: format!("{deleted} memories deleted"), id: None, event: Some(MergeEvent::Delete), memory: None, previous_memory: None, deleted: Some(deleted) }))
     })
     .await

@@ -26,6 +26,7 @@
 //!   action, missing field) are [`MemoryError`]s. Neither writes anything.
 
 mod brief;
+mod bulk;
 mod correct;
 mod export;
 mod govern;

@@ -162,3 +162,45 @@ fn an_index_purge_interrupted_by_a_crash_finishes_at_the_next_open() {
     assert_eq!(deleted(), 0, "the purge ran at open");
     assert!(!keyword.join("purge-pending").exists());
 }
+
+/// REST `DELETE /{id}?purge=true` and `DELETE /` used to loop over single
+/// writes: a failure half way left a chain half purged, and each version
+/// paid a whole-store vacuum. Each is now one transaction.
+#[test]
+fn purging_a_chain_and_negating_a_scope_are_one_transaction_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Memory::open(dir.path()).unwrap();
+    let c = caller("bulk");
+    let first = remember(&m, &c, "The staging database lives on host pg-staging-1");
+    let second = m
+        .correct(&c, hmg::CorrectRequest { target_atom: first.clone(), action: hmg::CorrectAction::Replace, reason: "moved".into(), new_content: Some("The staging database lives on host pg-staging-2".into()) })
+        .unwrap()
+        .new_atom_id
+        .unwrap();
+    let third = m
+        .correct(&c, hmg::CorrectRequest { target_atom: second.clone(), action: hmg::CorrectAction::Replace, reason: "moved again".into(), new_content: Some("The staging database lives on host pg-staging-3".into()) })
+        .unwrap()
+        .new_atom_id
+        .unwrap();
+    let before = m.store().snapshot_version().unwrap();
+    assert_eq!(m.purge_chain(&c, &second, "purge the whole chain").unwrap(), 3);
+    assert_eq!(m.store().snapshot_version().unwrap(), before + 1, "one transaction for three versions");
+    for id in [&first, &second, &third] {
+        let atom = m.atom("alice", super::id(id)).unwrap().unwrap();
+        assert_eq!((atom.status, atom.content), (hmg::Status::Tombstoned, None));
+    }
+    assert_eq!(m.purge_chain(&c, &third, "again").unwrap(), 0, "nothing left to destroy");
+
+    let other = caller("elsewhere");
+    let keep = remember(&m, &other, "This memory is in another repository");
+    for n in 0..5 {
+        remember(&m, &c, &format!("Scope memory number {n} about the deploy calendar"));
+    }
+    let before = m.store().snapshot_version().unwrap();
+    let filter = hmg::memory::AtomFilter { workspace: Some("acme".into()), repository: Some("bulk".into()), branch: Some("main".into()), exact_scope: true, ..Default::default() };
+    assert_eq!(m.negate_all(&c, &filter, "clear the scope").unwrap(), 5);
+    assert_eq!(m.store().snapshot_version().unwrap(), before + 1, "one transaction for five negations");
+    assert_eq!(m.atom("alice", super::id(&keep)).unwrap().unwrap().status, hmg::Status::Active);
+    let verification = m.verify_audit(Some("alice")).unwrap();
+    assert_eq!(verification[0].first_broken, None);
+}
