@@ -47,7 +47,7 @@ pub mod vocab;
 
 pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
-    AtomView, AuditView, Brief, BriefOptions, Caller, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
+    AtomView, AuditView, Brief, BriefOptions, Caller, ChainEvent, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
     ExportFormat, GovernAction, GovernOutcome, GovernRequest, MergeEvent, MergeResult, HandoffOutcome, HandoffRequest, History, ImportReport,
     ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, ReflectAction, ReflectReport,
     ReflectRequest, Stats,

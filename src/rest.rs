@@ -741,33 +741,20 @@ async fn history(
     blocking(move || {
         let atom = current(&memory, &principal, &text, id, &ids)?;
         let caller = caller_for(&principal, atom.scope.clone());
-        let history = memory.history(&caller, &atom.id.to_string())?;
-        let content = |id: &Option<String>| id.as_ref().and_then(|id| history.chain.iter().find(|a| &a.atom_id == id)).map(|a| a.content.clone());
-        let mut events = Vec::new();
-        for entry in &history.audit {
-            let event = match entry.action.as_str() {
-                "memorize" | "import" | "reflect.promote" => MergeEvent::Add,
-                "correct.replace" => MergeEvent::Update,
-                "correct.negate" | "govern.tombstone" => MergeEvent::Delete,
-                _ => continue,
-            };
-            let (memory_id, old_memory, new_memory) = match event {
-                MergeEvent::Add => (entry.generated.clone(), None, content(&entry.generated)),
-                MergeEvent::Update => (entry.generated.clone(), content(&entry.target), content(&entry.generated)),
-                _ => (entry.target.clone(), content(&entry.target), None),
-            };
-            let Some(memory_id) = memory_id else { continue };
-            events.push(HistoryEvent {
-                id: entry.audit_id.clone(),
-                memory_id,
-                event,
-                old_memory,
-                new_memory,
-                created_at: entry.time.clone(),
-                actor: entry.actor.clone(),
-                reason: entry.reason.clone(),
-            });
-        }
+        let events = memory
+            .chain_events(&caller, &atom.id.to_string())?
+            .into_iter()
+            .map(|e| HistoryEvent {
+                id: e.audit_id,
+                memory_id: e.atom_id,
+                event: e.event,
+                old_memory: e.old_content,
+                new_memory: e.new_content,
+                created_at: e.time,
+                actor: e.actor,
+                reason: e.reason,
+            })
+            .collect();
         Ok(axum::Json(events))
     })
     .await

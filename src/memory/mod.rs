@@ -27,6 +27,7 @@
 
 mod brief;
 mod bulk;
+pub use bulk::ChainEvent;
 mod correct;
 mod export;
 mod govern;
