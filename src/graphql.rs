@@ -477,17 +477,8 @@ impl QueryRoot {
 }
 
 fn all_atoms(memory: &Memory, principal: &Principal) -> Result<Vec<AtomView>, async_graphql::Error> {
-    let caller = caller(principal, None);
-    let mut out = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = memory.list_atoms(&caller, &AtomFilter::default(), after.as_deref(), crate::memory::MAX_PAGE).map_err(memory_error)?;
-        out.extend(page.atoms);
-        match page.next_cursor {
-            Some(cursor) => after = Some(cursor),
-            None => return Ok(out),
-        }
-    }
+    let atoms = memory.atoms_matching(&caller(principal, None), &AtomFilter::default()).map_err(memory_error)?;
+    Ok(atoms.iter().map(AtomView::from).collect())
 }
 
 /// Mutations: the MCP tools.

@@ -678,15 +678,15 @@ async fn delete_one(
         if purge {
             // Every version's content destroyed, in one transaction.
             let destroyed = memory.purge_chain(&caller, &atom.id.to_string(), "purged through the REST API")?;
-            tracing::info!(destroyed, "purged");
-            let history = memory.history(&caller, &atom.id.to_string())?;
+            let versions = memory.chain(&caller, atom.id)?.len();
+            tracing::info!(destroyed, versions, "purged");
             return Ok(axum::Json(ChangeResponse {
                 message: "Memory purged: the content of every version is destroyed; the audit trail remains.".to_owned(),
                 id: Some(atom.id.to_string()),
                 event: Some(MergeEvent::Delete),
                 memory: None,
                 previous_memory: None,
-                deleted: Some(history.chain.len()),
+                deleted: Some(versions),
             }));
         }
         if atom.status != Status::Active {

@@ -17,15 +17,8 @@ impl Memory {
     #[tracing::instrument(skip(self, reason), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
     pub fn purge_chain(&self, caller: &Caller, atom_id: &str, reason: &str) -> Result<usize> {
         let reason = clean_reason(reason)?;
-        let history = self.history(caller, atom_id)?;
-        let mut targets: Vec<Atom> = Vec::with_capacity(history.chain.len());
-        for version in &history.chain {
-            let id = parse_atom_id(&version.atom_id).map_err(|e| super::MemoryError::invalid("atom_id", e.to_string()))?;
-            let atom = self.require_atom(caller, id)?;
-            if atom.status != Status::Tombstoned {
-                targets.push(atom);
-            }
-        }
+        let id = parse_atom_id(atom_id).map_err(|e| super::MemoryError::invalid("atom_id", e.to_string()))?;
+        let targets: Vec<Atom> = self.chain(caller, id)?.into_iter().filter(|atom| atom.status != Status::Tombstoned).collect();
         let mutations: Vec<Mutation<'_>> = targets
             .iter()
             .map(|target| Mutation {
@@ -46,19 +39,7 @@ impl Memory {
     pub fn negate_all(&self, caller: &Caller, filter: &AtomFilter, reason: &str) -> Result<usize> {
         let reason = clean_reason(reason)?;
         let filter = AtomFilter { status: Some(Status::Active.as_str().to_owned()), ..filter.clone() };
-        let mut targets: Vec<Atom> = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.list_atoms(caller, &filter, after.as_deref(), super::MAX_PAGE)?;
-            for view in &page.atoms {
-                let id = parse_atom_id(&view.atom_id).map_err(|e| super::MemoryError::invalid("atom_id", e.to_string()))?;
-                targets.push(self.require_atom(caller, id)?);
-            }
-            match page.next_cursor {
-                Some(cursor) => after = Some(cursor),
-                None => break,
-            }
-        }
+        let targets = self.atoms_matching(caller, &filter)?;
         let mutations: Vec<Mutation<'_>> = targets
             .iter()
             .map(|target| Mutation { reason: Some(reason.clone()), target: Some(target), new_status: Some(Status::Negated), ..Mutation::new("correct.negate") })

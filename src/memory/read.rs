@@ -265,29 +265,45 @@ impl Memory {
             return Err(MemoryError::invalid("first", format!("must be between 1 and {MAX_PAGE}")));
         }
         let after = after.map(|a| parse_atom_id(a).map_err(|e| MemoryError::invalid("after", format!("not a cursor from a previous page: {e}")))).transpose()?;
-        let mut ids: Vec<AtomId> =
-            self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
         let mut atoms = Vec::new();
         let mut total = 0;
         let mut more = false;
-        let mut scopes = std::collections::HashMap::new();
-        for id in ids {
-            let Some(atom) = super::load_atom_cached(&self.store, tenant, id, true, &mut scopes)? else { continue };
-            if !filter.keeps(&atom) {
-                continue;
-            }
+        self.scan_atoms(tenant, filter, &mut |atom| {
             total += 1;
-            if after.is_none_or(|cursor| id < cursor) {
+            if after.is_none_or(|cursor| atom.id < cursor) {
                 if atoms.len() < first {
                     atoms.push(AtomView::from(&atom));
                 } else {
                     more = true;
                 }
             }
-        }
+        })?;
         let next_cursor = if more { atoms.last().map(|a| a.atom_id.clone()) } else { None };
         Ok(AtomPage { atoms, next_cursor, total })
+    }
+
+    /// Every atom of the caller's tenant that `filter` keeps, newest first,
+    /// in one pass (paging through [`Memory::list_atoms`] would read the
+    /// whole tenant once per page).
+    pub(crate) fn atoms_matching(&self, caller: &Caller, filter: &AtomFilter) -> Result<Vec<crate::atom::Atom>> {
+        let mut atoms = Vec::new();
+        self.scan_atoms(&caller.scope.tenant_id, filter, &mut |atom| atoms.push(atom))?;
+        Ok(atoms)
+    }
+
+    /// Visits every atom of `tenant` that `filter` keeps, newest first.
+    fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom)) -> Result<()> {
+        let mut ids: Vec<AtomId> =
+            self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut scopes = std::collections::HashMap::new();
+        for id in ids {
+            let Some(atom) = super::load_atom_cached(&self.store, tenant, id, true, &mut scopes)? else { continue };
+            if filter.keeps(&atom) {
+                visit(atom);
+            }
+        }
+        Ok(())
     }
 
     /// `memory_stats` for the caller's tenant.
@@ -312,12 +328,10 @@ impl Memory {
         })
     }
 
-    /// An atom's evolution chain (both directions), derived lessons and audit
-    /// entries.
-    #[tracing::instrument(skip(self), fields(tenant = %caller.scope.tenant_id))]
-    pub fn history(&self, caller: &Caller, atom_id: &str) -> Result<History> {
+    /// The evolution chain `id` belongs to, oldest first (both directions
+    /// from `id`, which must be visible to the caller).
+    pub(crate) fn chain(&self, caller: &Caller, id: AtomId) -> Result<Vec<crate::atom::Atom>> {
         let tenant = &caller.scope.tenant_id;
-        let id = parse_atom_id(atom_id).map_err(|e| MemoryError::invalid("atom_id", e.to_string()))?;
         let start = self.require_atom(caller, id)?;
         let mut chain = vec![start];
         while let Some(previous) = chain.first().and_then(|a| a.supersedes) {
@@ -342,6 +356,16 @@ impl Memory {
                 _ => break,
             }
         }
+        Ok(chain)
+    }
+
+    /// An atom's evolution chain (both directions), derived lessons and audit
+    /// entries.
+    #[tracing::instrument(skip(self), fields(tenant = %caller.scope.tenant_id))]
+    pub fn history(&self, caller: &Caller, atom_id: &str) -> Result<History> {
+        let tenant = &caller.scope.tenant_id;
+        let id = parse_atom_id(atom_id).map_err(|e| MemoryError::invalid("atom_id", e.to_string()))?;
+        let chain = self.chain(caller, id)?;
         let mut derived_ids: Vec<AtomId> = Vec::new();
         for atom in &chain {
             for row in self.store.select(NamedQuery::DerivedFrom, tenant, &[("atom", store::atom_iri(atom.id).into())])? {
