@@ -17,9 +17,8 @@
 //!   client goes away. The in-process path ([`answer`]) serves `hmg sparql`,
 //!   where the user queries their own store.
 
+use std::cell::Cell;
 use std::io::Write;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use oxigraph::io::{RdfFormat, RdfSerializer};
@@ -56,8 +55,10 @@ impl Default for Limits {
     }
 }
 
-/// Why a query was not answered.
-#[derive(Debug, thiserror::Error)]
+/// Why a query was not answered. Serializable: a worker process reports
+/// its refusal to the server as this value.
+#[derive(Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "error", content = "detail", rename_all = "snake_case")]
 pub enum SparqlError {
     /// Not a query, or a syntax error.
     #[error("malformed query: {0}")]
@@ -225,40 +226,41 @@ impl Format {
 /// not write.
 pub fn answer(store: &Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
     let _span = tracing::info_span!("sparql", tenant).entered();
-    let handle = store.handle();
+    answer_on(store.handle(), tenant, text, accept, limits)
+}
+
+/// Parses, negotiates and evaluates `text` on `store` within `limits`, all
+/// on the big stack (parsing recurses too: a long `p / q / …` path). The
+/// one evaluation path of [`answer`] and of the worker.
+fn answer_on(store: oxigraph::store::Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
     let (tenant, text, accept) = (tenant.to_owned(), text.to_owned(), accept.to_owned());
-    // Parsing recurses too (a long `p / q / …` path): all of it on the big stack.
     on_big_stack(move || {
         let query = parse(&text)?;
         let format = Format::for_query(&query, &accept)?;
         let mut body = Vec::new();
-        evaluate(&handle, &tenant, query, format, limits, &mut body)?;
+        evaluate(&store, &tenant, query, format, limits, &mut body)?;
         Ok(Answer { media_type: format.media_type(), body })
     })?
 }
 
-/// Why serialization stopped early (shared with the capped writer).
-const STOP_NONE: u8 = 0;
-const STOP_SIZE: u8 = 1;
-const STOP_TIME: u8 = 2;
-
-/// A writer that refuses to grow past a size or a deadline.
+/// A writer that refuses to grow past a size or a deadline; `too_large`
+/// tells the two apart once the serializer has turned the refusal into its
+/// own error.
 struct Capped<'a, W: Write> {
     inner: &'a mut W,
     written: usize,
     limits: Limits,
     deadline: Instant,
-    stop: Arc<AtomicU8>,
+    too_large: &'a Cell<bool>,
 }
 
 impl<W: Write> Write for Capped<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.written + buf.len() > self.limits.max_result_bytes {
-            self.stop.store(STOP_SIZE, Ordering::SeqCst);
+            self.too_large.set(true);
             return Err(std::io::Error::other("result too large"));
         }
         if Instant::now() > self.deadline {
-            self.stop.store(STOP_TIME, Ordering::SeqCst);
             return Err(std::io::Error::other("deadline passed"));
         }
         let n = self.inner.write(buf)?;
@@ -286,15 +288,15 @@ fn evaluate(store: &oxigraph::store::Store, tenant: &str, query: Query, format: 
             }
         })
     };
-    let stop = Arc::new(AtomicU8::new(STOP_NONE));
-    let result = serialize(store, tenant, query, format, cancel, Capped { inner: out, written: 0, limits, deadline, stop: Arc::clone(&stop) });
+    let too_large = Cell::new(false);
+    let result = serialize(store, tenant, query, format, cancel, Capped { inner: out, written: 0, limits, deadline, too_large: &too_large });
     let _ = done.send(());
     let _ = watchdog.join();
-    match (result, stop.load(Ordering::SeqCst)) {
-        (Ok(()), _) => Ok(()),
-        (Err(_), STOP_SIZE) => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
-        (Err(_), _) if Instant::now() >= deadline => Err(SparqlError::Timeout(limits.timeout.as_secs())),
-        (Err(error), _) => Err(error),
+    match result {
+        Ok(()) => Ok(()),
+        Err(_) if too_large.get() => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
+        Err(_) if Instant::now() >= deadline => Err(SparqlError::Timeout(limits.timeout.as_secs())),
+        Err(error) => Err(error),
     }
 }
 
@@ -337,52 +339,30 @@ fn serialize<W: Write>(store: &oxigraph::store::Store, tenant: &str, query: Quer
 pub(crate) const WORKER_COMMAND: &str = "sparql-worker";
 
 /// The worker's side (`hmg sparql-worker`): reads the query on stdin,
-/// evaluates it over the checkpoint in `snapshot` and writes the media type,
-/// a newline and the body to `out`; on a refusal, writes `{"error": kind,
-/// "message": …}` and returns 2. Caps its own data segment first.
+/// evaluates it over the checkpoint in `snapshot` and writes the body to
+/// `out`; on a refusal, writes the [`SparqlError`] as JSON and returns 2.
+/// Caps its own data segment first.
 pub fn run_worker(snapshot: &std::path::Path, tenant: &str, accept: &str, limits: Limits, input: &mut dyn std::io::Read, out: &mut dyn Write) -> std::io::Result<u8> {
     if let Err(error) = rlimit::setrlimit(rlimit::Resource::DATA, limits.max_memory_bytes, limits.max_memory_bytes) {
         tracing::warn!(%error, "cannot limit the worker's memory");
     }
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(input, MAX_QUERY_BYTES as u64 + 1), &mut text)?;
-    let outcome = (|| {
-        let store = Store::open_snapshot(snapshot).map_err(|e| SparqlError::Worker(e.to_string()))?;
-        let handle = store.handle();
-        let (tenant, accept) = (tenant.to_owned(), accept.to_owned());
-        on_big_stack(move || {
-            let query = parse(&text)?;
-            let format = Format::for_query(&query, &accept)?;
-            let mut body = Vec::new();
-            evaluate(&handle, &tenant, query, format, limits, &mut body).map(|()| (format.media_type(), body))
-        })?
-    })();
-    match outcome {
-        Ok((media_type, body)) => {
-            writeln!(out, "{media_type}")?;
-            out.write_all(&body)?;
-            out.flush()?;
-            Ok(0)
+    let outcome = Store::open_snapshot(snapshot)
+        .map_err(|e| SparqlError::Worker(e.to_string()))
+        .and_then(|store| answer_on(store.handle(), tenant, &text, accept, limits));
+    let code = match outcome {
+        Ok(answer) => {
+            out.write_all(&answer.body)?;
+            0
         }
         Err(error) => {
-            let kind = match &error {
-                SparqlError::Syntax(_) => "syntax",
-                SparqlError::Update => "update",
-                SparqlError::TooLarge => "too_large",
-                SparqlError::TooDeep(_) => "too_deep",
-                SparqlError::NotAcceptable(_) => "not_acceptable",
-                SparqlError::Timeout(_) => "timeout",
-                SparqlError::ResultTooLarge(_) => "result_too_large",
-                SparqlError::OutOfMemory(_) => "out_of_memory",
-                SparqlError::Busy => "busy",
-                SparqlError::Evaluation(_) => "evaluation",
-                SparqlError::Worker(_) => "worker",
-            };
-            serde_json::to_writer(&mut *out, &serde_json::json!({ "error": kind, "message": error.to_string() }))?;
-            out.flush()?;
-            Ok(2)
+            serde_json::to_writer(&mut *out, &error)?;
+            2
         }
-    }
+    };
+    out.flush()?;
+    Ok(code)
 }
 
 /// A worker process that is killed and reaped if its future is dropped (a
@@ -470,29 +450,9 @@ pub(crate) async fn answer_isolated(
     let status = status.map_err(|e| SparqlError::Worker(e.to_string()))?;
     let stderr = String::from_utf8_lossy(&err);
     match status.code() {
-        Some(0) => {
-            let split = out.iter().position(|b| *b == b'\n').ok_or_else(|| SparqlError::Worker("the worker's answer has no media type".to_owned()))?;
-            if out.len() - split - 1 > limits.max_result_bytes {
-                return Err(SparqlError::ResultTooLarge(limits.max_result_bytes));
-            }
-            let media_type = format.media_type();
-            Ok(Answer { media_type, body: out[split + 1..].to_vec() })
-        }
-        Some(2) => {
-            let refusal: serde_json::Value = serde_json::from_slice(&out).map_err(|_| SparqlError::Worker(format!("unreadable refusal from the worker: {stderr}")))?;
-            let message = refusal["message"].as_str().unwrap_or("").to_owned();
-            Err(match refusal["error"].as_str().unwrap_or("") {
-                "syntax" => SparqlError::Syntax(message),
-                "update" => SparqlError::Update,
-                "too_large" => SparqlError::TooLarge,
-                "too_deep" => SparqlError::TooDeep(message),
-                "not_acceptable" => SparqlError::NotAcceptable(accept.to_owned()),
-                "timeout" => SparqlError::Timeout(limits.timeout.as_secs()),
-                "result_too_large" => SparqlError::ResultTooLarge(limits.max_result_bytes),
-                "evaluation" => SparqlError::Evaluation(message),
-                _ => SparqlError::Worker(message),
-            })
-        }
+        Some(0) if out.len() > limits.max_result_bytes => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
+        Some(0) => Ok(Answer { media_type: format.media_type(), body: out }),
+        Some(2) => Err(serde_json::from_slice(&out).unwrap_or_else(|_| SparqlError::Worker(format!("unreadable refusal from the worker: {stderr}")))),
         _ if stderr.contains("memory allocation of") || stderr.contains("out of memory") || stderr.contains("bad_alloc") => {
             Err(SparqlError::OutOfMemory(limits.max_memory_bytes / (1024 * 1024)))
         }
@@ -521,6 +481,14 @@ mod tests {
         assert!(matches!(parse("INSERT DATA { <urn:a> <urn:b> <urn:c> }"), Err(SparqlError::Update)));
         assert!(matches!(parse("SELEC * WHERE {}"), Err(SparqlError::Syntax(_))));
         assert!(parse("SELECT * WHERE { ?s ?p ?o }").is_ok());
+    }
+
+    #[test]
+    fn a_workers_refusal_reaches_the_server_as_it_was() {
+        for error in [SparqlError::Update, SparqlError::Timeout(10), SparqlError::ResultTooLarge(1_000), SparqlError::Evaluation("boom".to_owned())] {
+            let wire = serde_json::to_vec(&error).unwrap();
+            assert_eq!(serde_json::from_slice::<SparqlError>(&wire).unwrap(), error);
+        }
     }
 
     #[test]
