@@ -276,8 +276,8 @@ impl HmgServer {
         let shared = Arc::clone(&self.shared);
         // The span travels with the blocking work; an entered guard must not
         // be held across the await (it would tag other tasks on this thread).
-        let work = span.clone();
-        let answer = tracing::Instrument::instrument(crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, move || work.in_scope(|| shared.call(call, &caller))), span.clone()).await;
+        // `blocking::run` carries the current span (this one) to the work.
+        let answer = tracing::Instrument::instrument(crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)), span.clone()).await;
         match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error @ ToolError::Internal(_))) => {
@@ -354,14 +354,25 @@ pub async fn serve_stdio(server: HmgServer) -> Result<(), std::io::Error> {
     result
 }
 
+/// A JSON-RPC error response (also `/mcp`'s answer to a body nested too deep).
+pub(crate) fn jsonrpc_error(id: Value, code: i64, message: impl Into<String>) -> Value {
+    serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message.into() } })
+}
+
+/// Writes one line to the shared stdout; false once stdout is gone.
+async fn write_line(stdout: &tokio::sync::Mutex<tokio::io::Stdout>, line: &str) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let mut out = stdout.lock().await;
+    out.write_all(format!("{line}\n").as_bytes()).await.is_ok() && out.flush().await.is_ok()
+}
+
 /// Copies rmcp's output to stdout a whole line at a time (the front writes
 /// its own answers between lines).
 async fn copy_lines(from: tokio::io::DuplexStream, stdout: Arc<tokio::sync::Mutex<tokio::io::Stdout>>) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(from).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        let mut out = stdout.lock().await;
-        if out.write_all(format!("{line}\n").as_bytes()).await.is_err() || out.flush().await.is_err() {
+        if !write_line(&stdout, &line).await {
             return;
         }
     }
@@ -380,7 +391,7 @@ enum FrontLine {
 
 /// Classifies one stdin line; `initialized` says whether `initialize` went by.
 fn front_line(line: &str, initialized: bool) -> FrontLine {
-    let error = |id: Value, code: i64, message: String| FrontLine::Answer(serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }));
+    let error = |id: Value, code: i64, message: String| FrontLine::Answer(jsonrpc_error(id, code, message));
     if line.trim().is_empty() {
         return FrontLine::Ignore;
     }
@@ -426,10 +437,9 @@ async fn front(stdin: tokio::io::Stdin, mut to_server: tokio::io::DuplexStream, 
             Err(error) => {
                 // Not UTF-8: answer and go on with the next line.
                 tracing::debug!(%error, "unreadable stdin line");
-                let answer = serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32700, "message": format!("Parse error: {error}") } });
-                let mut out = stdout.lock().await;
-                let _ = out.write_all(format!("{answer}\n").as_bytes()).await;
-                let _ = out.flush().await;
+                if !write_line(&stdout, &jsonrpc_error(Value::Null, -32700, format!("Parse error: {error}")).to_string()).await {
+                    break;
+                }
                 continue;
             }
         };
@@ -442,8 +452,7 @@ async fn front(stdin: tokio::io::Stdin, mut to_server: tokio::io::DuplexStream, 
             }
             FrontLine::Ignore => tracing::debug!("ignored a message before initialize"),
             FrontLine::Answer(answer) => {
-                let mut out = stdout.lock().await;
-                if out.write_all(format!("{answer}\n").as_bytes()).await.is_err() || out.flush().await.is_err() {
+                if !write_line(&stdout, &answer.to_string()).await {
                     break;
                 }
             }

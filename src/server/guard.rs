@@ -90,20 +90,16 @@ fn normalize_host(host: &str) -> String {
     host.split(':').next().unwrap_or("").to_owned()
 }
 
-fn refuse(status: StatusCode, message: String) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
-}
-
 /// The middleware: Host and Origin checks, CORS for allowed origins.
 pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned).or_else(|| request.uri().authority().map(|a| a.to_string()));
     if let Some(hosts) = &guard.hosts {
         let Some(host) = &host else {
-            return refuse(StatusCode::BAD_REQUEST, "the request has no Host header".to_owned());
+            return super::error(StatusCode::BAD_REQUEST, "the request has no Host header".to_owned());
         };
         if !hosts.contains(&normalize_host(host)) {
-            return refuse(
+            return super::error(
                 StatusCode::FORBIDDEN,
                 format!("Host '{host}' is not served here (allowed: {}); a page that rebinds its name to this address is refused; start hmg serve with --allow-host NAME to serve another name", hosts.join(", ")),
             );
@@ -119,7 +115,7 @@ pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: axum::extrac
     };
     if cross {
         let from = origin.clone().unwrap_or_else(|| format!("a {fetch_site} page"));
-        return refuse(
+        return super::error(
             StatusCode::FORBIDDEN,
             format!("cross-origin request from {from} refused: only this server's own pages may call it from a browser; start hmg serve with --allow-origin ORIGIN to allow a web app"),
         );

@@ -212,6 +212,11 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message.to_string() }))).into_response()
 }
 
+/// 413, naming the limit.
+fn too_large() -> Response {
+    error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"))
+}
+
 fn metadata_url(headers: &HeaderMap) -> String {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1");
     format!("http://{host}/.well-known/oauth-protected-resource")
@@ -445,13 +450,13 @@ async fn trace_request(request: axum::extract::Request, next: axum::middleware::
 async fn limit_body(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+        return too_large();
     }
     let request = request.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES)));
     let response = next.run(request).await;
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"text/plain")) {
         // axum's own rejection (a chunked body past the limit): say which limit.
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+        return too_large();
     }
     response
 }
@@ -465,13 +470,12 @@ async fn mcp_nesting(request: axum::extract::Request, next: axum::middleware::Ne
     }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes"));
+        return too_large();
     };
     if let Ok(text) = std::str::from_utf8(&bytes)
         && let Err(too_deep) = crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
     {
-        let answer = serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32700, "message": format!("Parse error: {too_deep}") } });
-        return (StatusCode::BAD_REQUEST, axum::Json(answer)).into_response();
+        return (StatusCode::BAD_REQUEST, axum::Json(crate::mcp::jsonrpc_error(serde_json::Value::Null, -32700, format!("Parse error: {too_deep}")))).into_response();
     }
     next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
