@@ -57,6 +57,10 @@ pub enum KeywordError {
     },
 }
 
+fn io_error(error: std::io::Error) -> KeywordError {
+    KeywordError::Tantivy(tantivy::TantivyError::IoError(std::sync::Arc::new(error)))
+}
+
 /// What the keyword index stores about an atom.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeywordDoc {
@@ -170,8 +174,7 @@ impl KeywordIndex {
             Err(error) => {
                 tracing::warn!(dir = %dir.display(), %error, "the keyword index is damaged; rebuilding it from the store");
                 let purge_owed = dir.join(PURGE_MARKER).exists();
-                let io = |e: std::io::Error| KeywordError::Tantivy(tantivy::TantivyError::IoError(std::sync::Arc::new(e)));
-                std::fs::remove_dir_all(dir).map_err(io)?;
+                std::fs::remove_dir_all(dir).map_err(io_error)?;
                 let index = KeywordIndex::open_checked(dir)?;
                 if purge_owed {
                     index.mark_purge_pending()?;
@@ -185,7 +188,7 @@ impl KeywordIndex {
     /// every file's checksum, and every segment's term dictionaries.
     fn open_checked(dir: &Path) -> Result<KeywordIndex, KeywordError> {
         let (schema, fields) = schema();
-        std::fs::create_dir_all(dir).map_err(|e| tantivy::TantivyError::IoError(std::sync::Arc::new(e)))?;
+        std::fs::create_dir_all(dir).map_err(io_error)?;
         let index = Index::open_or_create(tantivy::directory::MmapDirectory::open(dir)?, schema.clone())?;
         if index.schema() != schema {
             return Err(KeywordError::Damaged("the index was built with another schema".to_owned()));

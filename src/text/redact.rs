@@ -40,8 +40,9 @@ enum Group {
 }
 
 /// What an allowlist regex is matched against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Target {
+    #[default]
     Secret,
     Match,
     Line,
@@ -51,7 +52,7 @@ enum Target {
 #[derive(Debug, Default)]
 struct Allow {
     regexes: Vec<Regex>,
-    target: Option<Target>,
+    target: Target,
     stopwords: Vec<String>,
     /// Every condition must hold (`condition = "AND"`).
     all: bool,
@@ -60,7 +61,7 @@ struct Allow {
 impl Allow {
     fn allows(&self, secret: &str, whole: &str, line: &str) -> bool {
         let lower = secret.to_lowercase();
-        let target = match self.target.unwrap_or(Target::Secret) {
+        let target = match self.target {
             Target::Secret => secret,
             Target::Match => whole,
             Target::Line => line,
@@ -98,7 +99,8 @@ struct Ruleset {
     skipped: Vec<String>,
 }
 
-/// HMG's own rules (`lexicon/secrets.tsv`: `name<TAB>regex[<TAB>min entropy]`).
+/// HMG's own rules (`lexicon/secrets.tsv`: `name<TAB>regex[<TAB>min
+/// entropy[<TAB>shape the secret must match]]`).
 static HMG_RULES: LazyLock<Ruleset> = LazyLock::new(|| {
     let mut skipped = Vec::new();
     let rules = include_str!("../../lexicon/secrets.tsv")
@@ -228,9 +230,9 @@ fn allow_of(toml: &GitleaksAllow) -> Option<Allow> {
         return None;
     }
     let target = match toml.regex_target.as_deref() {
-        Some("match") => Some(Target::Match),
-        Some("line") => Some(Target::Line),
-        _ => Some(Target::Secret),
+        Some("match") => Target::Match,
+        Some("line") => Target::Line,
+        _ => Target::Secret,
     };
     Some(Allow {
         regexes: toml.regexes.iter().filter_map(|r| Regex::new(&ascii_classes(r)).ok()).collect(),
@@ -376,7 +378,7 @@ fn apply(rule: &Rule, global: &Allow, text: &str, found: &mut Vec<(String, Strin
     for caps in rule.regex.captures_iter(text) {
         let (Some(secret), Some(whole)) = (secret_span(rule, &caps), caps.get(0)) else { continue };
         let value = secret.as_str();
-        if value.trim().is_empty() || value.contains("[REDACTED:") || MARKER.is_match(value) {
+        if value.trim().is_empty() || value.contains("[REDACTED:") {
             continue;
         }
         if rule.entropy > 0.0 && entropy(value) <= rule.entropy {
