@@ -17,33 +17,31 @@
 //! # Result::<_, Box<dyn std::error::Error>>::Ok(())
 //! ```
 
+// Foundation: plain data and text, no I/O.
 pub mod atom;
-pub mod audit;
-pub mod blocking;
-pub mod cli;
-pub mod embed;
-pub mod eval;
 pub mod extract;
-pub mod graph;
-pub mod graphql;
-pub mod hook;
-pub mod indexes;
-pub mod keyword;
 pub(crate) mod limits;
-pub mod mcp;
+pub mod scope;
+pub mod text;
+pub(crate) mod vocab;
+// The source of truth and its derived indexes.
+pub(crate) mod index;
+pub(crate) mod store;
+// Recall, then the facade over everything below it (the Rust SDK).
 pub mod memory;
 pub mod recall;
-pub mod relay;
-pub mod rest;
-pub mod scope;
-pub mod server;
-pub mod sparql;
-pub mod store;
-pub mod text;
-pub mod token;
-pub mod tools;
-pub mod vector;
-pub mod vocab;
+// The memory tools as data, and the adapters that expose them.
+pub(crate) mod surface;
+pub(crate) mod tools;
+
+pub use index::embed;
+pub use index::IndexError;
+pub use store::StoreError;
+
+/// The `hmg` command line, for the binary.
+pub mod cli {
+    pub use crate::surface::cli::{Cli, Exit, run};
+}
 
 pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{

@@ -5,14 +5,9 @@
 
 use oxigraph::model::NamedNodeRef;
 
-/// Namespace of the HMG vocabulary.
-pub const HMG_NS: &str = "https://w3id.org/hmg/ns#";
-/// Namespace of W3C PROV-O.
-pub const PROV_NS: &str = "http://www.w3.org/ns/prov#";
-
 macro_rules! terms {
     ($ns:literal; $($(#[$doc:meta])* $name:ident = $local:literal;)*) => {
-        $( $(#[$doc])* pub const $name: NamedNodeRef<'static> =
+        $( $(#[$doc])* pub(crate) const $name: NamedNodeRef<'static> =
             NamedNodeRef::new_unchecked(concat!($ns, $local)); )*
         #[cfg(test)]
         pub(crate) const ALL_LOCAL_NAMES: &[&str] = &[$($local),*];
@@ -20,7 +15,7 @@ macro_rules! terms {
 }
 
 /// HMG classes and properties.
-pub mod hmg {
+pub(crate) mod hmg {
     use super::NamedNodeRef;
     terms! { "https://w3id.org/hmg/ns#";
         /// Class of every memory atom.
@@ -117,7 +112,7 @@ pub mod hmg {
 }
 
 /// The PROV-O terms HMG uses.
-pub mod prov {
+pub(crate) mod prov {
     use super::NamedNodeRef;
     terms! { "http://www.w3.org/ns/prov#";
         /// Evolution chain: new atom → the atom it replaced.
@@ -136,15 +131,15 @@ pub mod prov {
 }
 
 /// `rdfs:label`.
-pub const RDFS_LABEL: NamedNodeRef<'static> =
+pub(crate) const RDFS_LABEL: NamedNodeRef<'static> =
     NamedNodeRef::new_unchecked("http://www.w3.org/2000/01/rdf-schema#label");
 /// `rdf:type`.
-pub const RDF_TYPE: NamedNodeRef<'static> = oxigraph::model::vocab::rdf::TYPE;
+pub(crate) const RDF_TYPE: NamedNodeRef<'static> = oxigraph::model::vocab::rdf::TYPE;
 
 /// Graph holding store-wide metadata (snapshot version, format version).
-pub const SYSTEM_GRAPH: NamedNodeRef<'static> = NamedNodeRef::new_unchecked("urn:hmg:system");
+pub(crate) const SYSTEM_GRAPH: NamedNodeRef<'static> = NamedNodeRef::new_unchecked("urn:hmg:system");
 /// Subject of store-wide metadata.
-pub const STORE_NODE: NamedNodeRef<'static> = NamedNodeRef::new_unchecked("urn:hmg:store");
+pub(crate) const STORE_NODE: NamedNodeRef<'static> = NamedNodeRef::new_unchecked("urn:hmg:store");
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{Caller, Memory, MemoryError, Result};
 use crate::atom::{Atom, AtomId, parse_atom_id};
-use crate::audit::{self, AuditEntry};
+use crate::store::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
 /// The scope fields as shown on the wire (`ScopeInput` of the seeds).

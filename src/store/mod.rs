@@ -15,8 +15,10 @@
 //! **API boundary:** the rest of the crate sees IRIs, terms and query
 //! solutions, never RocksDB.
 
+pub(crate) mod audit;
+pub(crate) mod codec;
 mod layout;
-pub mod queries;
+pub(crate) mod queries;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,10 +33,10 @@ use oxigraph::store::{StorageError, Transaction};
 use crate::atom::AtomId;
 use crate::vocab::{SYSTEM_GRAPH, STORE_NODE, hmg};
 
-pub use queries::NamedQuery;
+pub(crate) use queries::NamedQuery;
 
 /// On-disk format version written in the system graph.
-pub const FORMAT_VERSION: i64 = 1;
+pub(crate) const FORMAT_VERSION: i64 = 1;
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +77,7 @@ pub enum StoreError {
 }
 
 /// Result alias of this layer.
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The HMG store.
 pub struct Store {
@@ -541,7 +543,7 @@ impl WriteTx<'_> {
 }
 
 /// Reads an integer literal.
-pub fn integer_of(term: &Term) -> Result<i64> {
+pub(crate) fn integer_of(term: &Term) -> Result<i64> {
     match term {
         Term::Literal(literal) => literal
             .value()
@@ -552,7 +554,7 @@ pub fn integer_of(term: &Term) -> Result<i64> {
 }
 
 /// Percent-encodes a name for use inside an IRI (RFC 3987 iunreserved kept).
-pub fn encode_iri_component(name: &str) -> String {
+pub(crate) fn encode_iri_component(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         if c.is_alphanumeric() && !c.is_ascii() || c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~') {
@@ -586,22 +588,22 @@ pub(crate) fn decode_iri_component(text: &str) -> Option<String> {
 }
 
 /// The named graph of a tenant.
-pub fn tenant_graph(tenant: &str) -> NamedNode {
+pub(crate) fn tenant_graph(tenant: &str) -> NamedNode {
     NamedNode::new_unchecked(format!("urn:hmg:tenant:{}", encode_iri_component(tenant)))
 }
 
 /// The tenant name of a tenant graph IRI.
-pub fn tenant_of_graph(iri: &str) -> Option<String> {
+pub(crate) fn tenant_of_graph(iri: &str) -> Option<String> {
     decode_iri_component(iri.strip_prefix("urn:hmg:tenant:")?)
 }
 
 /// The IRI of an atom.
-pub fn atom_iri(id: AtomId) -> NamedNode {
+pub(crate) fn atom_iri(id: AtomId) -> NamedNode {
     NamedNode::new_unchecked(format!("urn:hmg:atom:{id}"))
 }
 
 /// The atom id of an atom IRI.
-pub fn atom_id_of(term: &Term) -> Option<AtomId> {
+pub(crate) fn atom_id_of(term: &Term) -> Option<AtomId> {
     match term {
         Term::NamedNode(node) => node.as_str().strip_prefix("urn:hmg:atom:").and_then(|id| id.parse().ok()),
         _ => None,
@@ -609,12 +611,12 @@ pub fn atom_id_of(term: &Term) -> Option<AtomId> {
 }
 
 /// The IRI of an audit entry.
-pub fn audit_iri(id: ulid::Ulid) -> NamedNode {
+pub(crate) fn audit_iri(id: ulid::Ulid) -> NamedNode {
     NamedNode::new_unchecked(format!("urn:hmg:audit:{id}"))
 }
 
 /// The IRI of an entity, derived from its normalized key within the tenant.
-pub fn entity_iri(tenant: &str, key: &str) -> NamedNode {
+pub(crate) fn entity_iri(tenant: &str, key: &str) -> NamedNode {
     NamedNode::new_unchecked(format!(
         "urn:hmg:entity:{}:{}",
         encode_iri_component(tenant),
@@ -623,12 +625,12 @@ pub fn entity_iri(tenant: &str, key: &str) -> NamedNode {
 }
 
 /// The IRI of an actor.
-pub fn actor_iri(actor: &str) -> NamedNode {
+pub(crate) fn actor_iri(actor: &str) -> NamedNode {
     NamedNode::new_unchecked(format!("urn:hmg:actor:{}", encode_iri_component(actor)))
 }
 
 /// The IRI of a scope node: a digest of its four components.
-pub fn scope_iri(scope: &crate::scope::Scope) -> NamedNode {
+pub(crate) fn scope_iri(scope: &crate::scope::Scope) -> NamedNode {
     use sha2::Digest;
     let key = format!(
         "{}\u{1f}{}\u{1f}{}\u{1f}{}",

@@ -88,6 +88,29 @@ pub fn detect_language(text: &str) -> &'static str {
     }
 }
 
+/// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in
+/// forms); a `%` not followed by two hex digits stays as it is.
+pub(crate) fn percent_decode(part: &[u8], plus_is_space: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(part.len());
+    let mut i = 0;
+    while i < part.len() {
+        let escaped = (part[i] == b'%' && i + 3 <= part.len())
+            .then(|| std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .flatten();
+        match (part[i], escaped) {
+            (_, Some(byte)) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (b'+', None) if plus_is_space => out.push(b' '),
+            (byte, None) => out.push(byte),
+        }
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -186,8 +186,9 @@ fn eval_reports_bad_files_and_options_as_the_callers_error() {
     let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("m.jsonl:2"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--fusion", "magic", "--json"]);
-    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("fusion")));
+    let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "magic=1", "--json"]);
+    assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("tune")));
+    assert!(json(&out)["error"].as_str().unwrap().contains("unknown parameter 'magic'"), "{}", json(&out));
     let out = hmg(&store, tmp.path(), &["eval", "--memories", m, "--queries", q, "--tune", "keyword=x", "--json"]);
     assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("tune")));
 }

@@ -105,7 +105,7 @@ fn tombstone_destroys_content_on_disk() {
         // Zephyrwick is extracted as an entity: its name is content too.
         let atom = remember(&m, &c, &format!("The incident note {marker} mentions the old host Zephyrwick"));
         let keep = remember(&m, &c, "Keep this memory: the build uses cargo nextest");
-        m.store().flush().unwrap();
+        m.flush().unwrap();
         assert!(files_contain(dir.path(), marker.as_bytes()), "the test can see content on disk");
         // The keyword index holds analyzed terms (lowercased), not the text;
         // it commits lazily, at the next search.
@@ -182,9 +182,9 @@ fn purging_a_chain_and_negating_a_scope_are_one_transaction_each() {
         .unwrap()
         .new_atom_id
         .unwrap();
-    let before = m.store().snapshot_version().unwrap();
+    let before = m.snapshot_version().unwrap();
     assert_eq!(m.purge_chain(&c, &second, "purge the whole chain").unwrap(), 3);
-    assert_eq!(m.store().snapshot_version().unwrap(), before + 1, "one transaction for three versions");
+    assert_eq!(m.snapshot_version().unwrap(), before + 1, "one transaction for three versions");
     for id in [&first, &second, &third] {
         let atom = m.atom("alice", super::id(id)).unwrap().unwrap();
         assert_eq!((atom.status, atom.content), (hmg::Status::Tombstoned, None));
@@ -196,10 +196,10 @@ fn purging_a_chain_and_negating_a_scope_are_one_transaction_each() {
     for n in 0..5 {
         remember(&m, &c, &format!("Scope memory number {n} about the deploy calendar"));
     }
-    let before = m.store().snapshot_version().unwrap();
+    let before = m.snapshot_version().unwrap();
     let filter = hmg::memory::AtomFilter { workspace: Some("acme".into()), repository: Some("bulk".into()), branch: Some("main".into()), exact_scope: true, ..Default::default() };
     assert_eq!(m.negate_all(&c, &filter, "clear the scope").unwrap(), 5);
-    assert_eq!(m.store().snapshot_version().unwrap(), before + 1, "one transaction for five negations");
+    assert_eq!(m.snapshot_version().unwrap(), before + 1, "one transaction for five negations");
     assert_eq!(m.atom("alice", super::id(&keep)).unwrap().unwrap().status, hmg::Status::Active);
     let verification = m.verify_audit(Some("alice")).unwrap();
     assert_eq!(verification[0].first_broken, None);

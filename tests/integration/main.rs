@@ -1,7 +1,6 @@
 //! Integration tests: the public API (the `Memory` facade) and the `hmg`
 //! binary, one module per topic.
 
-mod audit;
 mod brief;
 mod cli;
 mod correct;
@@ -10,11 +9,11 @@ mod export;
 mod fuzz;
 mod govern;
 mod hardening;
+mod layers;
 mod http;
 mod mcp;
 mod memorize;
 mod merge;
-mod queries;
 mod recall;
 mod reflect;
 mod rest;

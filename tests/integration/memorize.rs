@@ -40,13 +40,13 @@ fn exact_duplicates_are_no_ops_in_every_language() {
         ("主データベースは PostgreSQL です", "主データベースは postgresql です。"),
     ] {
         let first = remember(&m, &c, original);
-        let version = m.store().snapshot_version().unwrap();
+        let version = m.snapshot_version().unwrap();
         let again = m.memorize(&c, MemorizeRequest::new(restated)).unwrap();
         assert_eq!(again.effect, Effect::NoOp);
         assert_eq!(again.deduped_with.as_deref(), Some(first.as_str()));
         assert_eq!(again.atom_id.as_deref(), Some(first.as_str()));
         assert!(again.reason.is_some());
-        assert_eq!(m.store().snapshot_version().unwrap(), version, "a no_op writes nothing");
+        assert_eq!(m.snapshot_version().unwrap(), version, "a no_op writes nothing");
     }
     // Another branch of the same repository dedups too; another repository does not.
     let other_branch = hmg::Caller::new(c.scope.clone().with_branch("dev"), "test");
@@ -66,12 +66,12 @@ fn admission_control_rejects_with_reasons() {
         ("password=hunter2hunter2".to_owned(), "nothing left after redaction"),
     ];
     for (content, why) in cases {
-        let version = m.store().snapshot_version().unwrap();
+        let version = m.snapshot_version().unwrap();
         let outcome = m.memorize(&c, MemorizeRequest::new(content)).unwrap();
         assert_eq!(outcome.effect, Effect::Rejected);
         assert!(outcome.reason.as_deref().unwrap_or("").starts_with(why), "{outcome:?}");
         assert_eq!(outcome.atom_id, None);
-        assert_eq!(m.store().snapshot_version().unwrap(), version, "a rejection writes nothing");
+        assert_eq!(m.snapshot_version().unwrap(), version, "a rejection writes nothing");
     }
 }
 

@@ -47,13 +47,14 @@ pub(crate) fn leaks(dir: &Path, secrets: &[String]) -> Vec<String> {
         }
     }
     // 2. Every quad of every tenant graph, decoded by the store itself.
-    let store = hmg::store::Store::open(dir).expect("the store opens");
+    // Opened with Oxigraph itself, every graph, read-only: what HMG's own
+    // reader might skip is seen too.
+    let live = std::fs::read_to_string(dir.join("CURRENT")).expect("the store names its live generation");
+    let store = oxigraph::store::Store::open_read_only(dir.join(live.trim())).expect("the store opens");
     let mut quads = String::new();
-    for tenant in store.tenants().unwrap() {
-        for quad in store.tenant_quads(&tenant).unwrap() {
-            quads.push_str(&quad.to_string());
-            quads.push('\n');
-        }
+    for quad in store.iter() {
+        quads.push_str(&quad.expect("a readable quad").to_string());
+        quads.push('\n');
     }
     assert!(quads.contains("REDACTED"), "the test can see redacted content in the store");
     for secret in secrets {

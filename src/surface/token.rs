@@ -18,11 +18,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 /// The read scope.
-pub const READ: &str = "memory:read";
+pub(crate) const READ: &str = "memory:read";
 /// The write scope.
-pub const WRITE: &str = "memory:write";
+pub(crate) const WRITE: &str = "memory:write";
 /// Every scope.
-pub const SCOPES: &[&str] = &[READ, WRITE];
+pub(crate) const SCOPES: &[&str] = &[READ, WRITE];
 
 /// Token errors.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum TokenError {
 
 /// One stored token (never the secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenRecord {
+pub(crate) struct TokenRecord {
     /// Public id (a ULID), used to revoke.
     pub id: String,
     /// A label.
@@ -71,7 +71,7 @@ pub struct TokenRecord {
 
 /// Who a request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// Tenant.
     pub tenant: String,
     /// May read (`memory:read`, or `memory:write`, which implies it: every
@@ -85,12 +85,12 @@ pub struct Principal {
 
 impl Principal {
     /// The local user, with every scope.
-    pub fn local(tenant: impl Into<String>) -> Principal {
+    pub(crate) fn local(tenant: impl Into<String>) -> Principal {
         Principal { tenant: tenant.into(), read: true, write: true, token_id: None }
     }
 
     /// Actor name for audit entries.
-    pub fn actor(&self, surface: &str) -> String {
+    pub(crate) fn actor(&self, surface: &str) -> String {
         match &self.token_id {
             Some(id) => format!("{surface}:token:{id}"),
             None => format!("{surface}:{}", self.tenant),
@@ -105,7 +105,7 @@ struct TokenFile {
 
 /// The tokens of one store.
 #[derive(Debug)]
-pub struct TokenStore {
+pub(crate) struct TokenStore {
     path: PathBuf,
     cache: Mutex<Option<(Option<SystemTime>, Vec<TokenRecord>)>>,
 }
@@ -116,7 +116,7 @@ fn hash(secret: &str) -> String {
 
 impl TokenStore {
     /// The tokens of the store in `dir`.
-    pub fn new(dir: &Path) -> TokenStore {
+    pub(crate) fn new(dir: &Path) -> TokenStore {
         TokenStore { path: dir.join("tokens.json"), cache: Mutex::new(None) }
     }
 
@@ -156,7 +156,7 @@ impl TokenStore {
     }
 
     /// Creates a token; returns its record and the secret (shown once).
-    pub fn create(&self, tenant: &str, scopes: &[String], name: Option<String>) -> Result<(TokenRecord, String), TokenError> {
+    pub(crate) fn create(&self, tenant: &str, scopes: &[String], name: Option<String>) -> Result<(TokenRecord, String), TokenError> {
         // A label is stored text: a secret pasted into it is redacted.
         let name = name.map(|n| crate::text::redact(&n).text);
         let tenant = tenant.trim();
@@ -195,12 +195,12 @@ impl TokenStore {
     }
 
     /// Every token, revoked ones included.
-    pub fn list(&self) -> Result<Vec<TokenRecord>, TokenError> {
+    pub(crate) fn list(&self) -> Result<Vec<TokenRecord>, TokenError> {
         self.read()
     }
 
     /// Revokes the token with this id.
-    pub fn revoke(&self, id: &str) -> Result<TokenRecord, TokenError> {
+    pub(crate) fn revoke(&self, id: &str) -> Result<TokenRecord, TokenError> {
         let mut tokens = self.read()?;
         let token = tokens.iter_mut().find(|t| t.id.eq_ignore_ascii_case(id.trim())).ok_or_else(|| TokenError::NotFound(id.to_owned()))?;
         if token.revoked_at.is_none() {
@@ -212,12 +212,12 @@ impl TokenStore {
     }
 
     /// Whether any token is active (then every request must carry one).
-    pub fn any_active(&self) -> Result<bool, TokenError> {
+    pub(crate) fn any_active(&self) -> Result<bool, TokenError> {
         Ok(self.read()?.iter().any(|t| t.revoked_at.is_none()))
     }
 
     /// The principal of a presented secret, if it is an active token.
-    pub fn authenticate(&self, secret: &str) -> Result<Option<Principal>, TokenError> {
+    pub(crate) fn authenticate(&self, secret: &str) -> Result<Option<Principal>, TokenError> {
         let presented = hash(secret);
         Ok(self.read()?.into_iter().find(|t| t.revoked_at.is_none() && t.hash == presented).map(|t| Principal {
             read: t.scopes.iter().any(|s| s == READ || s == WRITE),

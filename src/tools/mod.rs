@@ -8,6 +8,8 @@
 //! decoded (so a malformed one is reported) and handed back to the surface,
 //! which resolves the scope itself (see [`crate::scope`]).
 
+pub(crate) mod relay;
+
 use std::sync::Arc;
 
 use schemars::JsonSchema;
@@ -19,7 +21,7 @@ use crate::memory::{BriefOptions, Caller, CorrectAction, CorrectRequest, GovernA
 use crate::recall::RecallRequest;
 
 /// Tool names, in the order hosts list them.
-pub const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
+pub(crate) const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
 
 /// Why a tool call failed. `Invalid` is the caller's to fix (an MCP tool
 /// result with `isError: true`); `Internal` is ours.
@@ -65,7 +67,7 @@ impl From<MemoryError> for ToolError {
 /// need not send it, and what a model sends is overwritten).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ScopeInput {
+pub(crate) struct ScopeInput {
     /// Tenant: the local user name (set by HMG, never by the agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
@@ -86,7 +88,7 @@ pub struct ScopeInput {
 /// `memory_memorize` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MemorizeArgs {
+pub(crate) struct MemorizeArgs {
     /// The memory: one self-contained sentence, in the language of the conversation.
     pub content: String,
     /// Attribution: `user` (said by the user, more authoritative), `agent` (summarised by the agent) or a custom name.
@@ -100,7 +102,7 @@ pub struct MemorizeArgs {
 /// `memory_recall` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RecallArgs {
+pub(crate) struct RecallArgs {
     /// What to find: a noun phrase keeping the key entities (people, projects, technologies, file names), not a chatty question.
     pub query: String,
     /// Most results returned (default 10, at most 100).
@@ -121,7 +123,7 @@ pub struct RecallArgs {
 /// A correction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum CorrectActionArg {
+pub(crate) enum CorrectActionArg {
     /// Mark false and deactivate (there is no un-negate).
     Negate,
     /// Confirm as fact.
@@ -137,7 +139,7 @@ pub enum CorrectActionArg {
 /// `memory_correct` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CorrectArgs {
+pub(crate) struct CorrectArgs {
     /// The atom to correct (an `atom_id` from memory_recall).
     pub target_atom: String,
     /// negate | confirm_actual | confirm_necessary | demote | replace.
@@ -155,7 +157,7 @@ pub struct CorrectArgs {
 /// A lifecycle action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum GovernActionArg {
+pub(crate) enum GovernActionArg {
     /// Out of recall, content kept, restorable.
     Quarantine,
     /// Undo a quarantine.
@@ -171,7 +173,7 @@ pub enum GovernActionArg {
 /// `memory_govern` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GovernArgs {
+pub(crate) struct GovernArgs {
     /// The atom to govern.
     pub target_atom: String,
     /// quarantine | restore | seal | tombstone | derive_lesson.
@@ -189,7 +191,7 @@ pub struct GovernArgs {
 /// `memory_handoff` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct HandoffArgs {
+pub(crate) struct HandoffArgs {
     /// The handoff: what was done, why, how it was verified, risks, next steps.
     pub summary: String,
     /// Attribution (default `agent`).
@@ -203,7 +205,7 @@ pub struct HandoffArgs {
 /// `memory_stats` arguments (none besides the injected scope).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// Injected by the hook; do not send.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<ScopeInput>,
@@ -213,7 +215,7 @@ pub struct StatsArgs {
 /// `bound_scope`: `scope` is the seed's narrowing filter.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReflectArgs {
+pub(crate) struct ReflectArgs {
     /// Comma-separated actions: summarize, promote, expire, decay, archive (default all; aliases summary, promotion, expiry, importance_decay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actions_csv: Option<String>,
@@ -254,7 +256,7 @@ pub struct ReflectArgs {
 
 impl ReflectArgs {
     /// The facade's request.
-    pub fn request(&self) -> crate::memory::ReflectRequest {
+    pub(crate) fn request(&self) -> crate::memory::ReflectRequest {
         crate::memory::ReflectRequest {
             actions_csv: self.actions_csv.clone(),
             dry_run: self.dry_run.unwrap_or(false),
@@ -276,7 +278,7 @@ impl ReflectArgs {
 /// them. Its schema is `T`'s; decoding never fails at the protocol level, so
 /// a malformed call becomes a tool error the model can read and fix.
 #[derive(Debug, Clone)]
-pub struct Checked<T>(pub Result<T, ToolError>);
+pub(crate) struct Checked<T>(pub Result<T, ToolError>);
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Checked<T>, D::Error> {
@@ -295,7 +297,7 @@ impl<T: JsonSchema> JsonSchema for Checked<T> {
 }
 
 /// Decodes arguments; the error names the offending field.
-pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> {
+pub(crate) fn decode<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> {
     let value = match value {
         Value::Null => Value::Object(Map::new()),
         other => other,
@@ -329,12 +331,12 @@ fn backticked(message: &str) -> Option<String> {
 
 /// The JSON Schema of what `T` serializes to (an output schema: fields
 /// skipped when empty are optional) as an MCP schema object.
-pub fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
+pub(crate) fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
     schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize())
 }
 
 /// The JSON Schema of what `T` accepts (an input schema).
-pub fn schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
+pub(crate) fn schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
     schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_deserialize())
 }
 
@@ -370,7 +372,7 @@ pub(crate) fn strip_integer_formats(value: &mut Value) {
 
 /// A decoded call of one tool.
 #[derive(Debug, Clone)]
-pub enum ToolCall {
+pub(crate) enum ToolCall {
     /// memory_memorize.
     Memorize(MemorizeArgs),
     /// memory_recall.
@@ -394,7 +396,7 @@ pub enum ToolCall {
 
 impl ToolCall {
     /// Decodes `arguments` for the tool `name`.
-    pub fn decode(name: &str, arguments: Value) -> Result<ToolCall, ToolError> {
+    pub(crate) fn decode(name: &str, arguments: Value) -> Result<ToolCall, ToolError> {
         Ok(match name {
             "memory_memorize" => ToolCall::Memorize(decode(arguments)?),
             "memory_recall" => ToolCall::Recall(decode(arguments)?),
@@ -412,7 +414,7 @@ impl ToolCall {
     }
 
     /// The tool's name.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             ToolCall::Memorize(_) => "memory_memorize",
             ToolCall::Recall(_) => "memory_recall",
@@ -426,7 +428,7 @@ impl ToolCall {
     }
 
     /// The scope the arguments carried, if any (for the surface to judge).
-    pub fn scope(&self) -> Option<&ScopeInput> {
+    pub(crate) fn scope(&self) -> Option<&ScopeInput> {
         match self {
             ToolCall::Memorize(a) => a.scope.as_ref(),
             ToolCall::Recall(a) => a.scope.as_ref(),
@@ -440,7 +442,7 @@ impl ToolCall {
     }
 
     /// Re-encodes the call (for relaying it to another process).
-    pub fn arguments(&self) -> Value {
+    pub(crate) fn arguments(&self) -> Value {
         let value = match self {
             ToolCall::Memorize(a) => serde_json::to_value(a),
             ToolCall::Recall(a) => serde_json::to_value(a),
@@ -455,7 +457,7 @@ impl ToolCall {
     }
 
     /// Whether the tool changes memory (a reflect dry run does not).
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         match self {
             ToolCall::Recall(_) | ToolCall::Stats(_) | ToolCall::Brief { .. } => false,
             ToolCall::Reflect(a) => !a.dry_run.unwrap_or(false),
@@ -465,7 +467,7 @@ impl ToolCall {
 
     /// Runs the call for `caller` (whose scope the surface resolved) and
     /// returns the tool's structured output.
-    pub fn run(self, memory: &Memory, caller: &Caller) -> Result<Value, ToolError> {
+    pub(crate) fn run(self, memory: &Memory, caller: &Caller) -> Result<Value, ToolError> {
         let span = tracing::info_span!("tool", tool = self.name(), tenant = %caller.scope.tenant_id, actor = %caller.actor);
         let _entered = span.enter();
         let value = match self {

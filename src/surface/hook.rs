@@ -21,7 +21,7 @@ use crate::tools::ScopeInput;
 /// Largest hook input read from stdin.
 const MAX_INPUT_BYTES: u64 = 8 * 1024 * 1024;
 /// The brief's budget: hosts cap `additionalContext` at 10,000 characters.
-pub const BRIEF_MAX_CHARS: usize = 9_500;
+pub(crate) const BRIEF_MAX_CHARS: usize = 9_500;
 
 /// Why a hook could not run.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum HookError {
 }
 
 /// The per-store key proving hook-injected scopes, created on first use.
-pub fn load_or_create_key(store_dir: &Path) -> Result<Vec<u8>, HookError> {
+pub(crate) fn load_or_create_key(store_dir: &Path) -> Result<Vec<u8>, HookError> {
     let path = store_dir.join("hook.key");
     let key_error = |source| HookError::Key { path: path.clone(), source };
     match std::fs::read(&path) {
@@ -71,7 +71,7 @@ pub fn load_or_create_key(store_dir: &Path) -> Result<Vec<u8>, HookError> {
 }
 
 /// The proof of a scope under `key`.
-pub fn proof(key: &[u8], scope: &Scope) -> String {
+pub(crate) fn proof(key: &[u8], scope: &Scope) -> String {
     let mut inner = sha2::Sha256::new();
     inner.update(key);
     for field in [Some(scope.tenant_id.as_str()), scope.workspace.as_deref(), scope.repository.as_deref(), scope.branch.as_deref()] {
@@ -85,7 +85,7 @@ pub fn proof(key: &[u8], scope: &Scope) -> String {
 }
 
 /// The scope a hook injected, when its proof holds.
-pub fn verified(key: &[u8], input: &ScopeInput) -> Option<Scope> {
+pub(crate) fn verified(key: &[u8], input: &ScopeInput) -> Option<Scope> {
     let scope = Scope {
         tenant_id: input.tenant_id.clone()?,
         workspace: input.workspace.clone(),
@@ -99,7 +99,7 @@ pub fn verified(key: &[u8], input: &ScopeInput) -> Option<Scope> {
 }
 
 /// The scope input a hook injects for `scope`.
-pub fn scope_input(key: &[u8], scope: &Scope) -> ScopeInput {
+pub(crate) fn scope_input(key: &[u8], scope: &Scope) -> ScopeInput {
     ScopeInput {
         tenant_id: Some(scope.tenant_id.clone()),
         workspace: scope.workspace.clone(),
@@ -110,7 +110,7 @@ pub fn scope_input(key: &[u8], scope: &Scope) -> ScopeInput {
 }
 
 /// Reads the hook's JSON object from `input`.
-pub fn read_input(input: &mut dyn Read) -> Result<serde_json::Map<String, Value>, HookError> {
+pub(crate) fn read_input(input: &mut dyn Read) -> Result<serde_json::Map<String, Value>, HookError> {
     let mut text = String::new();
     input.take(MAX_INPUT_BYTES).read_to_string(&mut text).map_err(|e| HookError::Input(e.to_string()))?;
     crate::limits::check_nesting(&text, crate::limits::Syntax::Json, 64).map_err(|e| HookError::Input(e.to_string()))?;
@@ -151,7 +151,7 @@ fn common(input: &serde_json::Map<String, Value>, event: &str) -> Result<CommonI
 
 /// `hmg hook session-start`: the brief for the session's scope as
 /// `additionalContext`.
-pub fn session_start(input: &serde_json::Map<String, Value>, tenant: &str, shared: &crate::relay::SharedMemory) -> Result<Value, HookError> {
+pub(crate) fn session_start(input: &serde_json::Map<String, Value>, tenant: &str, shared: &crate::tools::relay::SharedMemory) -> Result<Value, HookError> {
     let common = common(input, "SessionStart")?;
     let scope = crate::scope::infer_scope(tenant, &event_dir(common.cwd.as_deref()));
     let caller = crate::memory::Caller::new(scope, "hook:session-start");
@@ -163,7 +163,7 @@ pub fn session_start(input: &serde_json::Map<String, Value>, tenant: &str, share
 
 /// `hmg hook pre-tool-use`: allows the call and returns its input with the
 /// scope of the event's directory (every original field kept).
-pub fn pre_tool_use(input: &serde_json::Map<String, Value>, tenant: &str, key: &[u8]) -> Result<Value, HookError> {
+pub(crate) fn pre_tool_use(input: &serde_json::Map<String, Value>, tenant: &str, key: &[u8]) -> Result<Value, HookError> {
     let common = common(input, "PreToolUse")?;
     let mut tool_input = match input.get("tool_input") {
         Some(Value::Object(map)) => map.clone(),

@@ -1,7 +1,7 @@
 //! Golden tests: every query in `queries/` against a fixed fixture, with the
 //! rows it must return.
 
-use hmg::store::{self, NamedQuery};
+use crate::store::{self, NamedQuery};
 use oxigraph::model::{Literal, Term};
 use oxigraph::sparql::QuerySolution;
 
@@ -24,9 +24,9 @@ fn every_query_returns_its_golden_rows() {
     let c = caller("hmg");
     let a = remember(&m, &c, "主数据库用 MongoDB");
     let b = m
-        .correct(&c, hmg::CorrectRequest {
+        .correct(&c, crate::CorrectRequest {
             target_atom: a.clone(),
-            action: hmg::CorrectAction::Replace,
+            action: crate::CorrectAction::Replace,
             reason: "迁移".into(),
             new_content: Some("主数据库用 PostgreSQL 16".into()),
         })
@@ -34,9 +34,9 @@ fn every_query_returns_its_golden_rows() {
         .new_atom_id
         .unwrap();
     let lesson = m
-        .govern(&c, hmg::GovernRequest {
+        .govern(&c, crate::GovernRequest {
             target_atom: a.clone(),
-            action: hmg::GovernAction::DeriveLesson,
+            action: crate::GovernAction::DeriveLesson,
             reason: "history".into(),
             lesson_content: Some("数据库选型必须评估事务需求".into()),
         })
@@ -50,7 +50,7 @@ fn every_query_returns_its_golden_rows() {
         checked.push(*query);
         match query {
             NamedQuery::FindByContentHash => {
-                let hash = hmg::text::content_hash("主数据库用 postgresql 16。");
+                let hash = crate::text::content_hash("主数据库用 postgresql 16。");
                 let rows = s.select(*query, "alice", &[("hash", Literal::from(hash).into())]).unwrap();
                 assert_eq!(column(&rows, "atom"), [atom(&b)]);
                 assert_eq!(column(&rows, "status"), ["active"]);
@@ -79,7 +79,7 @@ fn every_query_returns_its_golden_rows() {
                 assert_eq!(column(&rows, "action"), ["memorize", "correct.replace", "govern.derive_lesson"]);
                 assert_eq!(column(&rows, "generated"), [atom(&a), atom(&b), atom(&lesson)]);
                 assert_eq!(column(&rows, "reason"), ["-", "迁移", "history"]);
-                assert_eq!(column(&rows, "prevHash")[0], hmg::audit::GENESIS_HASH);
+                assert_eq!(column(&rows, "prevHash")[0], crate::store::audit::GENESIS_HASH);
             }
             NamedQuery::ActiveAtoms => {
                 let rows = s.select(*query, "alice", &[]).unwrap();
@@ -141,6 +141,6 @@ fn every_query_returns_its_golden_rows() {
     assert_eq!(checked.len(), NamedQuery::ALL.len());
     // Confinement: the same queries see nothing from another tenant.
     assert!(s.select(NamedQuery::AllAtoms, "bob", &[]).unwrap().is_empty());
-    let _ = remember(&m, &hmg::Caller::new(hmg::Scope::tenant("bob"), "t"), "bob's own memory");
+    let _ = remember(&m, &crate::Caller::new(crate::Scope::tenant("bob"), "t"), "bob's own memory");
     assert_eq!(s.select(NamedQuery::AllAtoms, "alice", &[]).unwrap().len(), 3);
 }

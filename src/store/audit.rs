@@ -19,11 +19,11 @@ use crate::store::{self, NamedQuery, Store, StoreError, WriteTx};
 use crate::vocab::{RDF_TYPE, RDFS_LABEL, hmg, prov};
 
 /// `prevHash` of a tenant's first entry.
-pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// What a mutation records.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AuditRecord {
+pub(crate) struct AuditRecord {
     /// Who did it (`cli:alice`, `mcp:claude-code`, …).
     pub actor: String,
     /// `memorize`, `handoff`, `correct.negate`, `govern.tombstone`, `import`, …
@@ -79,7 +79,7 @@ pub struct AuditEntry {
 
 /// The text an entry's hash is computed over: one `name=value` line per
 /// field, values JSON-encoded, time as Unix milliseconds.
-pub fn canonical_form(entry: &AuditEntry) -> String {
+pub(crate) fn canonical_form(entry: &AuditEntry) -> String {
     let json = |v: &Option<String>| serde_json::to_string(v).unwrap_or_default();
     let atom = |v: &Option<AtomId>| json(&v.map(|id| store::atom_iri(id).into_string()));
     format!(
@@ -100,12 +100,12 @@ pub fn canonical_form(entry: &AuditEntry) -> String {
 }
 
 /// sha256 of the canonical form.
-pub fn entry_hash(entry: &AuditEntry) -> String {
+pub(crate) fn entry_hash(entry: &AuditEntry) -> String {
     hex::encode(sha2::Sha256::digest(canonical_form(entry).as_bytes()))
 }
 
 /// Appends an entry for `record` to `tenant`'s chain inside `tx`.
-pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid, time: DateTime<Utc>) -> Result<AuditEntry, StoreError> {
+pub(crate) fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid, time: DateTime<Utc>) -> Result<AuditEntry, StoreError> {
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
     let tenant_iri = store::tenant_graph(tenant);
@@ -176,7 +176,7 @@ pub fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid,
 }
 
 /// An `xsd:dateTime` literal, millisecond precision, UTC.
-pub fn datetime_literal(time: DateTime<Utc>) -> Literal {
+pub(crate) fn datetime_literal(time: DateTime<Utc>) -> Literal {
     Literal::new_typed_literal(
         time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         oxigraph::model::vocab::xsd::DATE_TIME,
@@ -184,7 +184,7 @@ pub fn datetime_literal(time: DateTime<Utc>) -> Literal {
 }
 
 /// Parses a date-time literal as stored.
-pub fn parse_datetime(term: &Term) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_datetime(term: &Term) -> Option<DateTime<Utc>> {
     match term {
         Term::Literal(l) => DateTime::parse_from_rfc3339(l.value()).ok().map(|t| t.with_timezone(&Utc)),
         _ => None,
@@ -229,12 +229,12 @@ fn entry_of(solution: &QuerySolution) -> Result<AuditEntry, StoreError> {
 }
 
 /// The whole chain of `tenant`, oldest first.
-pub fn chain(store: &Store, tenant: &str) -> Result<Vec<AuditEntry>, StoreError> {
+pub(crate) fn chain(store: &Store, tenant: &str) -> Result<Vec<AuditEntry>, StoreError> {
     store.select(NamedQuery::AuditChain, tenant, &[])?.iter().map(entry_of).collect()
 }
 
 /// Entries that targeted or generated `atom`, oldest first.
-pub fn entries_for_atom(store: &Store, tenant: &str, atom: AtomId) -> Result<Vec<AuditEntry>, StoreError> {
+pub(crate) fn entries_for_atom(store: &Store, tenant: &str, atom: AtomId) -> Result<Vec<AuditEntry>, StoreError> {
     store
         .select(NamedQuery::AuditOfAtom, tenant, &[("atom", store::atom_iri(atom).into())])?
         .iter()
@@ -265,7 +265,7 @@ pub struct TenantVerification {
 }
 
 /// Recomputes `tenant`'s chain and reports the first broken link.
-pub fn verify_tenant(store: &Store, tenant: &str) -> Result<TenantVerification, StoreError> {
+pub(crate) fn verify_tenant(store: &Store, tenant: &str) -> Result<TenantVerification, StoreError> {
     let entries = chain(store, tenant)?;
     let mut previous_hash = GENESIS_HASH.to_owned();
     let mut first_broken = None;

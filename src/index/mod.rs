@@ -10,6 +10,11 @@
 //!   result as an index that was there all along.
 //! - Tombstoned atoms are removed from every index.
 
+pub mod embed;
+pub(crate) mod graph;
+pub(crate) mod keyword;
+pub(crate) mod vector;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,11 +22,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use oxigraph::model::{Literal, Term};
 
 use crate::atom::{Atom, AtomId};
-use crate::embed::{EmbedError, Embedder};
-use crate::graph::{AtomLinks, GraphIndex};
-use crate::keyword::{KeywordDoc, KeywordError, KeywordIndex};
+use crate::index::embed::{EmbedError, Embedder};
+use crate::index::graph::{AtomLinks, GraphIndex};
+use crate::index::keyword::{KeywordDoc, KeywordError, KeywordIndex};
 use crate::store::{self, NamedQuery, Store, StoreError};
-use crate::vector::{VectorError, VectorIndex};
+use crate::index::vector::{VectorError, VectorIndex};
 
 /// Errors of the index layer.
 #[derive(Debug, thiserror::Error)]
@@ -49,10 +54,10 @@ pub enum IndexError {
 }
 
 /// Progress of a long index job: (stage, done, total).
-pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
+pub(crate) type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// `workspace/repository`, or empty for tenant-wide atoms.
-pub fn repo_key(scope: &crate::scope::Scope) -> String {
+pub(crate) fn repo_key(scope: &crate::scope::Scope) -> String {
     if scope.is_tenant_wide() {
         String::new()
     } else {
@@ -62,7 +67,7 @@ pub fn repo_key(scope: &crate::scope::Scope) -> String {
 
 /// The text an atom is embedded with: its attribution (a speaker, a custom
 /// source) and its content.
-pub fn attributed_text(atom: &Atom) -> Option<String> {
+pub(crate) fn attributed_text(atom: &Atom) -> Option<String> {
     let content = atom.content.as_deref()?;
     Some(match atom.source.as_str() {
         "user" | "agent" | "" => content.to_owned(),
@@ -112,7 +117,7 @@ impl std::fmt::Debug for Indexes {
 
 impl Semantic {
     /// This model's vector for a query, from the cache when it was seen lately.
-    pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::embed::EmbedError> {
+    pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::index::embed::EmbedError> {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
             return Ok(vector.clone());
         }
@@ -139,12 +144,9 @@ impl Semantic {
     }
 }
 
-/// Loads an atom for indexing; facade errors become store errors.
+/// Loads an atom for indexing.
 fn load(store: &Store, tenant: &str, id: AtomId) -> Result<Option<Atom>, IndexError> {
-    crate::memory::load_atom(store, tenant, id).map_err(|e| match e {
-        crate::MemoryError::Store(s) => IndexError::Store(s),
-        other => IndexError::Store(StoreError::Corrupt(other.to_string())),
-    })
+    Ok(crate::store::codec::load_atom(store, tenant, id)?)
 }
 
 /// A directory name for a model id.
@@ -439,7 +441,7 @@ impl Indexes {
 }
 
 /// An atom's graph links; entity keys are the entity IRIs.
-pub fn links_of(atom: &Atom) -> AtomLinks {
+pub(crate) fn links_of(atom: &Atom) -> AtomLinks {
     AtomLinks {
         tenant: atom.scope.tenant_id.clone(),
         entities: if atom.content.is_some() {

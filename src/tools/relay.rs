@@ -91,7 +91,7 @@ impl Drop for Owner {
 }
 
 /// A store opened by this process or reached through the process that has it.
-pub struct SharedMemory {
+pub(crate) struct SharedMemory {
     dir: PathBuf,
     options: MemoryOptions,
     owner: Mutex<Option<Owner>>,
@@ -105,7 +105,7 @@ impl std::fmt::Debug for SharedMemory {
 
 /// The socket of the store in `dir`: inside it, or in the temporary
 /// directory when that path would exceed the platform's limit.
-pub fn socket_path(dir: &Path) -> PathBuf {
+pub(crate) fn socket_path(dir: &Path) -> PathBuf {
     let inside = dir.join("hmg.sock");
     if inside.as_os_str().len() < 100 {
         return inside;
@@ -125,7 +125,7 @@ fn io_error(path: &Path, source: std::io::Error) -> MemoryError {
 
 impl SharedMemory {
     /// Opens the store in `dir`, or joins the process that has it open.
-    pub fn open(dir: &Path, options: MemoryOptions) -> Result<SharedMemory, MemoryError> {
+    pub(crate) fn open(dir: &Path, options: MemoryOptions) -> Result<SharedMemory, MemoryError> {
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let shared = SharedMemory { dir: dir.to_path_buf(), options, owner: Mutex::new(None) };
         if UnixStream::connect(socket_path(dir)).is_err() {
@@ -139,17 +139,17 @@ impl SharedMemory {
     }
 
     /// The store directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Whether this process has the store open.
-    pub fn is_owner(&self) -> bool {
+    pub(crate) fn is_owner(&self) -> bool {
         self.owner.lock().map(|o| o.is_some()).unwrap_or(false)
     }
 
     /// The local facade, when this process owns the store.
-    pub fn local(&self) -> Option<Arc<Memory>> {
+    pub(crate) fn local(&self) -> Option<Arc<Memory>> {
         self.owner.lock().ok().and_then(|o| o.as_ref().map(|o| Arc::clone(&o.memory)))
     }
 
@@ -179,7 +179,7 @@ impl SharedMemory {
 
     /// Runs `call` for `caller`: here when this process owns the store,
     /// otherwise through the owner, taking over if the owner is gone.
-    pub fn call(&self, call: ToolCall, caller: &Caller) -> Result<Value, ToolError> {
+    pub(crate) fn call(&self, call: ToolCall, caller: &Caller) -> Result<Value, ToolError> {
         let deadline = Instant::now() + TAKEOVER_DEADLINE;
         loop {
             if let Some(memory) = self.local() {
@@ -198,7 +198,7 @@ impl SharedMemory {
     }
 
     /// Flushes the store when this process owns it.
-    pub fn flush(&self) -> Result<(), MemoryError> {
+    pub(crate) fn flush(&self) -> Result<(), MemoryError> {
         match self.local() {
             Some(memory) => memory.flush(),
             None => Ok(()),

@@ -24,35 +24,35 @@ use std::sync::Arc;
 use async_graphql::{Context, EmptySubscription, ErrorExtensions, InputObject, Object, Schema, SimpleObject};
 
 use crate::memory::{AtomFilter, AtomView, Caller, History, Memory, MemoryError, Stats};
-use crate::relay::SharedMemory;
+use crate::tools::relay::SharedMemory;
 use crate::scope::Scope;
-use crate::token::Principal;
+use crate::surface::token::Principal;
 
 /// The schema type.
-pub type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+pub(crate) type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
 
 /// Deepest chain of fields a query may select.
-pub const MAX_DEPTH: usize = 12;
+pub(crate) const MAX_DEPTH: usize = 12;
 /// Deepest chain of fields under `__schema` / `__type` (GraphiQL's
 /// introspection query nests `ofType` 8 levels under `__schema.types.fields.type`).
-pub const MAX_INTROSPECTION_DEPTH: usize = 20;
+pub(crate) const MAX_INTROSPECTION_DEPTH: usize = 20;
 /// Most fragments a selection may pass through (`...A` inside `...B` …).
-pub const MAX_FRAGMENT_HOPS: usize = 16;
+pub(crate) const MAX_FRAGMENT_HOPS: usize = 16;
 /// Largest cost of one request.
-pub const MAX_COMPLEXITY: usize = 5_000;
+pub(crate) const MAX_COMPLEXITY: usize = 5_000;
 /// Cost of a field that reads every atom of the tenant (`entities`,
 /// `scopes`): at most four per request.
-pub const SCAN_COST: usize = 1_000;
+pub(crate) const SCAN_COST: usize = 1_000;
 
 /// Builds the schema over `shared`.
-pub fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
+pub(crate) fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription).data(shared).limit_complexity(MAX_COMPLEXITY).limit_recursive_depth(64).finish()
 }
 
 /// Decodes a GraphQL-over-HTTP JSON body, refusing documents nested,
 /// selected or chained through fragments deeper than the limits before
 /// anything recursive runs on them. The message says which limit.
-pub fn decode_request(body: &[u8]) -> Result<async_graphql::Request, String> {
+pub(crate) fn decode_request(body: &[u8]) -> Result<async_graphql::Request, String> {
     let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_owned())?;
     crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING).map_err(|e| e.to_string())?;
     let request: async_graphql::Request = serde_json::from_str(text)
@@ -155,7 +155,8 @@ fn merge(a: Height, b: Height) -> Height {
 }
 
 /// The schema in SDL (what `schema/schema.graphql` holds).
-pub fn sdl() -> String {
+#[cfg(test)]
+fn sdl() -> String {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl()
 }
 
@@ -185,7 +186,7 @@ fn memory_error(error: MemoryError) -> async_graphql::Error {
 
 /// Narrowing scope for recall and writes (the tenant comes from the token).
 #[derive(Debug, Clone, Default, InputObject)]
-pub struct ScopeArg {
+pub(crate) struct ScopeArg {
     /// Workspace (git remote owner).
     pub workspace: Option<String>,
     /// Repository.
@@ -196,7 +197,7 @@ pub struct ScopeArg {
 
 /// Filters of `atoms`.
 #[derive(Debug, Clone, Default, InputObject)]
-pub struct AtomFilterInput {
+pub(crate) struct AtomFilterInput {
     /// Workspace.
     pub workspace: Option<String>,
     /// Repository.
@@ -234,7 +235,7 @@ fn time(field: &'static str, value: Option<String>) -> Result<Option<chrono::Dat
 
 /// A page of atoms.
 #[derive(Debug, Clone, SimpleObject)]
-pub struct AtomConnection {
+pub(crate) struct AtomConnection {
     /// Newest first.
     pub nodes: Vec<AtomView>,
     /// Cursor for `after` (null on the last page).
@@ -247,7 +248,7 @@ pub struct AtomConnection {
 
 /// An entity and the atoms that mention it.
 #[derive(Debug, Clone, SimpleObject)]
-pub struct EntityCount {
+pub(crate) struct EntityCount {
     /// Entity name as written.
     pub name: String,
     /// How many atoms mention it.
@@ -258,7 +259,7 @@ pub struct EntityCount {
 
 /// A scope in use and its atom count.
 #[derive(Debug, Clone, SimpleObject)]
-pub struct ScopeCount {
+pub(crate) struct ScopeCount {
     /// Workspace.
     pub workspace: Option<String>,
     /// Repository.
@@ -271,7 +272,7 @@ pub struct ScopeCount {
 
 /// One recall result.
 #[derive(Debug, Clone, SimpleObject)]
-pub struct RecallHit {
+pub(crate) struct RecallHit {
     /// Atom id.
     pub atom_id: String,
     /// Content.
@@ -292,7 +293,7 @@ pub struct RecallHit {
 
 /// A mutation's outcome (fields of the matching MCP tool).
 #[derive(Debug, Clone, SimpleObject)]
-pub struct WriteOutcome {
+pub(crate) struct WriteOutcome {
     /// applied / no_op / rejected.
     pub effect: String,
     /// The atom written (memorize, handoff) or found (no_op).
@@ -350,19 +351,19 @@ fn caller(principal: &Principal, scope: Option<ScopeArg>) -> Caller {
 }
 
 /// Runs blocking facade work on the shared bounded pool
-/// ([`crate::blocking`]); a full pool is `BUSY`, a deadline `TIMEOUT`.
+/// ([`crate::surface::blocking`]); a full pool is `BUSY`, a deadline `TIMEOUT`.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static) -> Result<T, async_graphql::Error> {
-    match crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, work).await {
+    match crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, work).await {
         Ok(result) => result,
-        Err(refused @ crate::blocking::Refused::Busy(_)) => Err(coded(refused.to_string(), "BUSY")),
-        Err(refused @ crate::blocking::Refused::Timeout(_)) => Err(coded(refused.to_string(), "TIMEOUT")),
+        Err(refused @ crate::surface::blocking::Refused::Busy(_)) => Err(coded(refused.to_string(), "BUSY")),
+        Err(refused @ crate::surface::blocking::Refused::Timeout(_)) => Err(coded(refused.to_string(), "TIMEOUT")),
         Err(refused) => Err(coded(refused.to_string(), "INTERNAL")),
     }
 }
 
 /// Queries.
 #[derive(Debug, Default)]
-pub struct QueryRoot;
+pub(crate) struct QueryRoot;
 
 #[Object]
 impl QueryRoot {
@@ -483,7 +484,7 @@ fn all_atoms(memory: &Memory, principal: &Principal) -> Result<Vec<AtomView>, as
 
 /// Mutations: the MCP tools.
 #[derive(Debug, Default)]
-pub struct MutationRoot;
+pub(crate) struct MutationRoot;
 
 async fn write(ctx: &Context<'_>, scope: Option<ScopeArg>, call: crate::tools::ToolCall) -> async_graphql::Result<WriteOutcome> {
     let (principal, memory) = access(ctx, true)?;

@@ -19,15 +19,15 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 /// Cap of tokio's blocking thread pool in `hmg serve` and `hmg mcp`.
-pub const MAX_BLOCKING_THREADS: usize = 32;
+pub(crate) const MAX_BLOCKING_THREADS: usize = 32;
 /// How long an idle blocking thread lives (tokio's default is 10 s).
-pub const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(2);
+pub(crate) const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// Default deadline of one facade call made for a request.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Why a call did not run to an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Every permit stayed taken until the deadline.
     #[error("the server is busy: every worker stayed taken for {0} s; retry shortly")]
     Busy(u64),
@@ -40,7 +40,7 @@ pub enum Refused {
 }
 
 /// How many facade calls may run at once: two per core, at least four.
-pub fn permits() -> usize {
+pub(crate) fn permits() -> usize {
     std::thread::available_parallelism().map_or(4, |n| (n.get() * 2).max(4))
 }
 
@@ -51,7 +51,7 @@ fn semaphore() -> &'static Arc<Semaphore> {
 
 /// Runs `work` on a blocking thread once a permit is free, within
 /// `deadline` (waiting included), in the current tracing span.
-pub async fn run<T: Send + 'static>(deadline: Duration, work: impl FnOnce() -> T + Send + 'static) -> Result<T, Refused> {
+pub(crate) async fn run<T: Send + 'static>(deadline: Duration, work: impl FnOnce() -> T + Send + 'static) -> Result<T, Refused> {
     let started = tokio::time::Instant::now();
     let permit = match tokio::time::timeout(deadline, Arc::clone(semaphore()).acquire_owned()).await {
         Ok(Ok(permit)) => permit,

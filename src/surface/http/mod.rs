@@ -17,7 +17,7 @@
 //! - Cost is bounded: bodies over [`MAX_BODY_BYTES`] get 413 on every route;
 //!   text is checked for nesting depth before any parser runs
 //!   ([`crate::limits`]); facade work runs on the bounded pool of
-//!   [`crate::blocking`] with a deadline; SPARQL runs in a killable,
+//!   [`crate::surface::blocking`] with a deadline; SPARQL runs in a killable,
 //!   memory-capped child process, at most [`sparql_slots`] at a time; one
 //!   client (token, or peer address) has at most
 //!   [`ServeOptions::max_in_flight`] requests in progress (429 +
@@ -42,9 +42,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::mcp::{HmgServer, ScopeResolver};
-use crate::relay::SharedMemory;
-use crate::token::{Principal, TokenStore};
+use crate::surface::mcp::{HmgServer, ScopeResolver};
+use crate::tools::relay::SharedMemory;
+use crate::surface::token::{Principal, TokenStore};
 
 /// Why the server cannot start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -72,11 +72,11 @@ pub enum ServeError {
 }
 
 /// Largest request body.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How a server limits what requests may cost, and whom it serves.
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Host names served besides the loopback names (`--allow-host`).
     pub allowed_hosts: Vec<String>,
     /// Browser origins allowed to call the server (`--allow-origin`).
@@ -86,7 +86,7 @@ pub struct ServeOptions {
     /// only).
     pub sparql_worker: Option<PathBuf>,
     /// Limits of one SPARQL evaluation.
-    pub sparql: crate::sparql::Limits,
+    pub sparql: crate::surface::sparql::Limits,
     /// Deadline of one request's facade work.
     pub request_deadline: Duration,
     /// Requests one client may have in progress at once.
@@ -101,8 +101,8 @@ impl Default for ServeOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             sparql_worker: None,
-            sparql: crate::sparql::Limits::default(),
-            request_deadline: crate::blocking::DEFAULT_DEADLINE,
+            sparql: crate::surface::sparql::Limits::default(),
+            request_deadline: crate::surface::blocking::DEFAULT_DEADLINE,
             max_in_flight: 32,
             shutdown_grace: Duration::from_secs(10),
         }
@@ -110,12 +110,12 @@ impl Default for ServeOptions {
 }
 
 /// SPARQL evaluations that may run at once (one per core, at least two).
-pub fn sparql_slots() -> usize {
+pub(crate) fn sparql_slots() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
 
 /// Parses and checks `--listen`: a non-loopback address needs tokens.
-pub fn listen_address(text: &str, tokens_configured: bool) -> Result<SocketAddr, ServeError> {
+pub(crate) fn listen_address(text: &str, tokens_configured: bool) -> Result<SocketAddr, ServeError> {
     let address: SocketAddr = text.trim().parse().map_err(|_| ServeError::BadAddress(text.to_owned()))?;
     if !address.ip().is_loopback() && !tokens_configured {
         return Err(ServeError::Unauthenticated(address));
@@ -129,7 +129,7 @@ struct AppState {
     shared: Arc<SharedMemory>,
     tokens: Arc<TokenStore>,
     local_tenant: String,
-    schema: crate::graphql::HmgSchema,
+    schema: crate::surface::graphql::HmgSchema,
     options: Arc<ServeOptions>,
     sparql_slots: Arc<tokio::sync::Semaphore>,
     in_flight: Arc<Mutex<HashMap<String, usize>>>,
@@ -146,7 +146,7 @@ const EXPLORER_ASSETS: &[(&str, &str)] = &[
 ];
 
 /// Where the explorer's assets are installed (`scripts/setup.sh`).
-pub fn explorer_dir() -> Option<std::path::PathBuf> {
+pub(crate) fn explorer_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("HMG_EXPLORER_DIR").map(std::path::PathBuf::from).or_else(|| dirs::data_dir().map(|d| d.join("hmg").join("explorer")))
 }
 
@@ -176,7 +176,7 @@ async fn graphql(State(state): State<AppState>, axum::Extension(principal): axum
     if !guard::is_json(&headers) {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the GraphQL request as JSON with Content-Type: application/json");
     }
-    let request = match crate::graphql::decode_request(&body) {
+    let request = match crate::surface::graphql::decode_request(&body) {
         Ok(request) => request.data(principal),
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
@@ -184,7 +184,7 @@ async fn graphql(State(state): State<AppState>, axum::Extension(principal): axum
     let deadline = state.options.request_deadline;
     let response = match tokio::time::timeout(deadline, tracing::Instrument::instrument(state.schema.execute(request), span)).await {
         Ok(response) => response,
-        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, crate::blocking::Refused::Timeout(deadline.as_secs())),
+        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, crate::surface::blocking::Refused::Timeout(deadline.as_secs())),
     };
     let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
     let code = |wanted: &str| {
@@ -274,7 +274,7 @@ async fn protected_resource(headers: HeaderMap) -> axum::Json<serde_json::Value>
         "resource": format!("http://{host}/mcp"),
         "authorization_servers": [],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": crate::token::SCOPES,
+        "scopes_supported": crate::surface::token::SCOPES,
         "resource_name": "HMG memory",
         "resource_documentation": "Create tokens with `hmg token create --scope memory:read --scope memory:write`",
     }))
@@ -301,7 +301,7 @@ async fn sparql(
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     let text = if method == axum::http::Method::GET {
         if params.update.is_some() {
-            return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update);
+            return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update);
         }
         params.query
     } else {
@@ -311,11 +311,11 @@ async fn sparql(
                 Err(_) => return error(StatusCode::BAD_REQUEST, "the query is not UTF-8"),
             },
             "application/x-www-form-urlencoded" => match form_params(&body) {
-                Ok(form) if form.update.is_some() => return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update),
+                Ok(form) if form.update.is_some() => return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update),
                 Ok(form) => form.query,
                 Err(message) => return error(StatusCode::BAD_REQUEST, message),
             },
-            "application/sparql-update" => return error(StatusCode::BAD_REQUEST, crate::sparql::SparqlError::Update),
+            "application/sparql-update" => return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update),
             other => {
                 return error(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -331,7 +331,7 @@ async fn sparql(
     let Some(memory) = state.shared.local() else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the store is open in another hmg process; SPARQL is served by the process that owns it");
     };
-    use crate::sparql::SparqlError as E;
+    use crate::surface::sparql::SparqlError as E;
     let Ok(_slot) = Arc::clone(&state.sparql_slots).try_acquire_owned() else {
         return too_many(E::Busy.to_string());
     };
@@ -339,15 +339,15 @@ async fn sparql(
     let limits = state.options.sparql;
     let answer = match &state.options.sparql_worker {
         Some(worker) => {
-            let snapshot = match crate::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await {
+            let snapshot = match crate::surface::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await {
                 Ok(Ok(Some(snapshot))) => snapshot,
                 Ok(Ok(None)) => return error(StatusCode::SERVICE_UNAVAILABLE, "SPARQL needs a store on disk"),
                 Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take a read snapshot of the store: {e}")),
                 Err(refused) => return refused_response(&refused),
             };
-            crate::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
+            crate::surface::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
         }
-        None => match crate::blocking::run(limits.timeout + Duration::from_secs(1), move || crate::sparql::answer(memory.store(), &tenant, &text, &accept, limits)).await {
+        None => match crate::surface::blocking::run(limits.timeout + Duration::from_secs(1), move || crate::surface::sparql::answer(memory.store(), &tenant, &text, &accept, limits)).await {
             Ok(answer) => answer,
             Err(refused) => return refused_response(&refused),
         },
@@ -374,11 +374,11 @@ fn too_many(message: String) -> Response {
 }
 
 /// The answer to work the pool refused or abandoned.
-pub(crate) fn refused_response(refused: &crate::blocking::Refused) -> Response {
+pub(crate) fn refused_response(refused: &crate::surface::blocking::Refused) -> Response {
     match refused {
-        crate::blocking::Refused::Busy(_) => too_many(refused.to_string()),
-        crate::blocking::Refused::Timeout(_) => error(StatusCode::SERVICE_UNAVAILABLE, refused),
-        crate::blocking::Refused::Panicked => error(StatusCode::INTERNAL_SERVER_ERROR, refused),
+        crate::surface::blocking::Refused::Busy(_) => too_many(refused.to_string()),
+        crate::surface::blocking::Refused::Timeout(_) => error(StatusCode::SERVICE_UNAVAILABLE, refused),
+        crate::surface::blocking::Refused::Panicked => error(StatusCode::INTERNAL_SERVER_ERROR, refused),
     }
 }
 
@@ -397,32 +397,9 @@ fn form_params(body: &[u8]) -> Result<SparqlParams, String> {
     Ok(params)
 }
 
-/// Decodes `%XX` escapes (and `+` as a space when `plus_is_space`, as in
-/// forms); a `%` not followed by two hex digits stays as it is.
-pub(crate) fn percent_decode(part: &[u8], plus_is_space: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(part.len());
-    let mut i = 0;
-    while i < part.len() {
-        let escaped = (part[i] == b'%' && i + 3 <= part.len())
-            .then(|| std::str::from_utf8(&part[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
-            .flatten();
-        match (part[i], escaped) {
-            (_, Some(byte)) => {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-            (b'+', None) if plus_is_space => out.push(b' '),
-            (byte, None) => out.push(byte),
-        }
-        i += 1;
-    }
-    out
-}
-
 /// `application/x-www-form-urlencoded` pairs (`+` is a space, `%XX` a byte).
 fn url_pairs(body: &[u8]) -> Vec<(String, String)> {
-    let decode = |part: &[u8]| String::from_utf8_lossy(&percent_decode(part, true)).into_owned();
+    let decode = |part: &[u8]| String::from_utf8_lossy(&crate::text::percent_decode(part, true)).into_owned();
     body.split(|b| *b == b'&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| match pair.iter().position(|b| *b == b'=') {
@@ -475,7 +452,7 @@ async fn mcp_nesting(request: axum::extract::Request, next: axum::middleware::Ne
     if let Ok(text) = std::str::from_utf8(&bytes)
         && let Err(too_deep) = crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
     {
-        return (StatusCode::BAD_REQUEST, axum::Json(crate::mcp::jsonrpc_error(serde_json::Value::Null, -32700, format!("Parse error: {too_deep}")))).into_response();
+        return (StatusCode::BAD_REQUEST, axum::Json(crate::surface::mcp::jsonrpc_error(serde_json::Value::Null, -32700, format!("Parse error: {too_deep}")))).into_response();
     }
     next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
@@ -525,13 +502,13 @@ async fn admit(State(state): State<AppState>, request: axum::extract::Request, n
 }
 
 /// The application's routes over `shared`, authenticated with `tokens`.
-pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken, options: ServeOptions) -> Result<Router, ServeError> {
+pub(crate) fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken, options: ServeOptions) -> Result<Router, ServeError> {
     let local_tenant = crate::scope::os_user();
     let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
     let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
     let browser = Arc::new(guard::Guard::new(address, &options.allowed_hosts, &options.allowed_origins));
-    let schema = crate::graphql::schema(Arc::clone(&shared));
-    let rest = crate::rest::RestState::new(Arc::clone(&shared))?;
+    let schema = crate::surface::graphql::schema(Arc::clone(&shared));
+    let rest = crate::surface::rest::RestState::new(Arc::clone(&shared))?;
     let state = AppState {
         shared,
         tokens,
@@ -544,12 +521,12 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
     Ok(Router::new()
         .nest_service(
             "/mcp",
-            tower::Layer::layer(&axum::middleware::from_fn(mcp_nesting), crate::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel)),
+            tower::Layer::layer(&axum::middleware::from_fn(mcp_nesting), crate::surface::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel)),
         )
         .route("/sparql", get(sparql).post(sparql))
         .route("/graphql", get(explorer_page).post(graphql))
         .route("/graphql/assets/{name}", get(explorer_asset))
-        .merge(crate::rest::routes(rest))
+        .merge(crate::surface::rest::routes(rest))
         .route("/healthz", get(healthz))
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))
@@ -565,7 +542,7 @@ pub fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: Socke
 
 /// Serves until SIGINT or SIGTERM; `ready` hears the bound address. After
 /// the signal, in-flight requests get `options.shutdown_grace` to finish.
-pub async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, options: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+pub(crate) async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, options: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     let io = |source| ServeError::Io { address: address.to_string(), source };
     let listener = tokio::net::TcpListener::bind(address).await.map_err(io)?;
     let bound = listener.local_addr().map_err(io)?;

@@ -63,7 +63,7 @@ fn io_error(error: std::io::Error) -> KeywordError {
 
 /// What the keyword index stores about an atom.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KeywordDoc {
+pub(crate) struct KeywordDoc {
     /// Atom.
     pub atom_id: AtomId,
     /// Tenant.
@@ -124,7 +124,7 @@ struct Fields {
 }
 
 /// The Tantivy index.
-pub struct KeywordIndex {
+pub(crate) struct KeywordIndex {
     dir: Option<PathBuf>,
     index: Index,
     fields: Fields,
@@ -161,7 +161,7 @@ impl KeywordIndex {
     /// `meta.json`, a missing or damaged segment file, another schema) is
     /// derived data: it is logged, deleted and started afresh at version 0,
     /// so the change feed rebuilds it from the store.
-    pub fn open(dir: Option<&Path>) -> Result<KeywordIndex, KeywordError> {
+    pub(crate) fn open(dir: Option<&Path>) -> Result<KeywordIndex, KeywordError> {
         let Some(dir) = dir else {
             let (schema, fields) = schema();
             return KeywordIndex::with_index(Index::create_in_ram(schema), fields, None);
@@ -225,12 +225,12 @@ impl KeywordIndex {
     }
 
     /// The store snapshot version the committed index reflects.
-    pub fn applied_version(&self) -> u64 {
+    pub(crate) fn applied_version(&self) -> u64 {
         applied_version_of(&self.index)
     }
 
     /// Adds or replaces an atom's document (visible after the next refresh).
-    pub fn upsert(&self, doc: &KeywordDoc, version: u64) -> Result<(), KeywordError> {
+    pub(crate) fn upsert(&self, doc: &KeywordDoc, version: u64) -> Result<(), KeywordError> {
         let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let id = doc.atom_id.to_string();
         writer.delete_term(Term::from_field_text(self.fields.atom_id, &id));
@@ -246,20 +246,20 @@ impl KeywordIndex {
     }
 
     /// Removes an atom's document.
-    pub fn remove(&self, atom_id: AtomId, version: u64) {
+    pub(crate) fn remove(&self, atom_id: AtomId, version: u64) {
         let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         writer.delete_term(Term::from_field_text(self.fields.atom_id, &atom_id.to_string()));
         self.mark(version);
     }
 
     /// Records that everything up to `version` has been handed to the writer.
-    pub fn mark(&self, version: u64) {
+    pub(crate) fn mark(&self, version: u64) {
         self.pending_version.fetch_max(version, Ordering::SeqCst);
         self.dirty.store(true, Ordering::SeqCst);
     }
 
     /// Commits pending documents (if any) and reloads the reader.
-    pub fn refresh(&self) -> Result<(), KeywordError> {
+    pub(crate) fn refresh(&self) -> Result<(), KeywordError> {
         if !self.dirty.swap(false, Ordering::SeqCst) {
             return Ok(());
         }
@@ -274,7 +274,7 @@ impl KeywordIndex {
 
     /// Records, durably, that deleted documents' terms must be purged: call
     /// before the write that destroys content commits.
-    pub fn mark_purge_pending(&self) -> Result<(), KeywordError> {
+    pub(crate) fn mark_purge_pending(&self) -> Result<(), KeywordError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let path = dir.join(PURGE_MARKER);
         let marker = |source| KeywordError::Marker { path: path.clone(), source };
@@ -284,14 +284,14 @@ impl KeywordIndex {
     }
 
     /// Whether a purge was marked and has not finished.
-    pub fn purge_pending(&self) -> bool {
+    pub(crate) fn purge_pending(&self) -> bool {
         self.dir.as_ref().is_some_and(|dir| dir.join(PURGE_MARKER).exists())
     }
 
     /// Commits pending deletions, merges every segment holding deleted
     /// documents (a merge keeps only live documents and their terms) and
     /// removes the files no longer used; then clears the purge marker.
-    pub fn purge(&self) -> Result<(), KeywordError> {
+    pub(crate) fn purge(&self) -> Result<(), KeywordError> {
         self.refresh()?;
         {
             let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -315,7 +315,7 @@ impl KeywordIndex {
     }
 
     /// Deletes every document (before a rebuild).
-    pub fn clear(&self) -> Result<(), KeywordError> {
+    pub(crate) fn clear(&self) -> Result<(), KeywordError> {
         let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         writer.delete_all_documents()?;
         self.pending_version.store(0, Ordering::SeqCst);
@@ -324,7 +324,7 @@ impl KeywordIndex {
     }
 
     /// Documents of `tenant` in the committed index.
-    pub fn count(&self, tenant: &str) -> Result<u64, KeywordError> {
+    pub(crate) fn count(&self, tenant: &str) -> Result<u64, KeywordError> {
         self.refresh()?;
         let query = TermQuery::new(Term::from_field_text(self.fields.tenant, tenant), IndexRecordOption::Basic);
         Ok(self.reader.searcher().search(&query, &Count)? as u64)
@@ -332,7 +332,7 @@ impl KeywordIndex {
 
     /// BM25 search for `query` among `tenant`'s atoms in `repo_keys` with a
     /// status in `statuses`; best first.
-    pub fn search(
+    pub(crate) fn search(
         &self,
         tenant: &str,
         repo_keys: &[String],

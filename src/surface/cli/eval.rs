@@ -72,7 +72,7 @@ struct BenchQuery {
 
 /// Metrics averaged over queries.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Queries averaged.
     pub queries: usize,
     /// Recall at 1.
@@ -130,7 +130,7 @@ impl Metrics {
 
 /// What an evaluation found.
 #[derive(Debug, Clone, Serialize)]
-pub struct EvalReport {
+pub(crate) struct EvalReport {
     /// Per category name.
     pub categories: BTreeMap<String, Metrics>,
     /// Micro-average over all scored queries.
@@ -189,7 +189,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 /// is applied on top of `options.recall` and scored on the same ingested
 /// store, one report each; with none, one report for `options.recall`. The
 /// ranking file, when asked for, is the first run's.
-pub fn run(
+pub(crate) fn run(
     memories_path: &Path,
     queries_path: &Path,
     run_out: Option<&Path>,
@@ -325,7 +325,7 @@ fn score(
 }
 
 /// The report as a table.
-pub fn render(report: &EvalReport, out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn render(report: &EvalReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "embedder: {}", report.embedder)?;
     if let Some(tuning) = &report.tuning {
         writeln!(out, "tuning: {tuning}")?;

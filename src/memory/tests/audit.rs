@@ -1,12 +1,12 @@
 //! The audit chain: one hash-linked entry per mutation; tampering is found.
 
-use hmg::store::{self, StoreError};
-use hmg::vocab::hmg as v;
+use crate::store::{self, StoreError};
+use crate::vocab::hmg as v;
 use oxigraph::model::{Literal, Term};
 
 use super::{caller, memory, remember};
 
-fn filled() -> (hmg::Memory, Vec<String>) {
+fn filled() -> (crate::Memory, Vec<String>) {
     let m = memory();
     let c = caller("hmg");
     let ids = vec![
@@ -14,7 +14,7 @@ fn filled() -> (hmg::Memory, Vec<String>) {
         remember(&m, &c, "第二条记忆"),
         remember(&m, &c, "三つ目の記憶"),
     ];
-    m.correct(&c, hmg::CorrectRequest { target_atom: ids[0].clone(), action: hmg::CorrectAction::Demote, reason: "unsure".into(), new_content: None })
+    m.correct(&c, crate::CorrectRequest { target_atom: ids[0].clone(), action: crate::CorrectAction::Demote, reason: "unsure".into(), new_content: None })
         .unwrap();
     (m, ids)
 }
@@ -22,9 +22,9 @@ fn filled() -> (hmg::Memory, Vec<String>) {
 #[test]
 fn every_mutation_writes_one_linked_entry() {
     let (m, _) = filled();
-    let chain = hmg::audit::chain(m.store(), "alice").unwrap();
+    let chain = crate::store::audit::chain(m.store(), "alice").unwrap();
     assert_eq!(chain.len(), 4);
-    assert_eq!(chain[0].prev_hash, hmg::audit::GENESIS_HASH);
+    assert_eq!(chain[0].prev_hash, crate::store::audit::GENESIS_HASH);
     for pair in chain.windows(2) {
         assert_eq!(pair[1].prev_hash, pair[0].hash);
         assert_eq!(pair[1].seq, pair[0].seq + 1);
@@ -37,7 +37,7 @@ fn every_mutation_writes_one_linked_entry() {
 #[test]
 fn an_altered_entry_is_reported_as_the_first_broken_link() {
     let (m, _) = filled();
-    let chain = hmg::audit::chain(m.store(), "alice").unwrap();
+    let chain = crate::store::audit::chain(m.store(), "alice").unwrap();
     let victim = store::audit_iri(chain[1].id);
     let graph = store::tenant_graph("alice");
     m.store()
@@ -55,7 +55,7 @@ fn an_altered_entry_is_reported_as_the_first_broken_link() {
 #[test]
 fn a_removed_entry_is_reported() {
     let (m, _) = filled();
-    let chain = hmg::audit::chain(m.store(), "alice").unwrap();
+    let chain = crate::store::audit::chain(m.store(), "alice").unwrap();
     let victim = store::audit_iri(chain[2].id);
     let graph = store::tenant_graph("alice");
     m.store()

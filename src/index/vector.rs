@@ -16,7 +16,7 @@ use std::sync::RwLock;
 use crate::atom::AtomId;
 
 /// Partitions up to this size are searched exactly.
-pub const EXACT_LIMIT: usize = 4_096;
+pub(crate) const EXACT_LIMIT: usize = 4_096;
 const FORMAT: u32 = 1;
 
 /// Errors of the vector index.
@@ -398,7 +398,7 @@ mod tests {
 
     fn unit(v: &[f32]) -> Vec<f32> {
         let mut v = v.to_vec();
-        crate::embed::normalize(&mut v);
+        crate::index::embed::normalize(&mut v);
         v
     }
 

@@ -7,6 +7,8 @@
 //! (including `no_op`), 2 for a rejected or invalid request (the JSON is
 //! still printed), 1 for internal failures.
 
+pub(crate) mod eval;
+
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -198,12 +200,9 @@ pub enum Command {
         /// Results ranked per query (at least 10).
         #[arg(long, default_value_t = 50)]
         depth: usize,
-        /// Fusion method: mix or rrf.
-        #[arg(long, default_value = "mix")]
-        fusion: String,
         /// Recall parameters to try, `name=value,…` (keyword, semantic, entity,
         /// speaker, segment, segments, part_decay, dialogue_keyword, hop,
-        /// window, seeds, long, candidates, degree, rrf_k, fusion, …; an
+        /// window, seeds, long, candidates, degree, …; an
         /// unknown name lists them all). Repeat to score several settings on
         /// one ingestion.
         #[arg(long)]
@@ -339,16 +338,16 @@ pub enum CliError {
     NoStore,
     /// An evaluation failed.
     #[error(transparent)]
-    Eval(#[from] crate::eval::EvalError),
+    Eval(#[from] crate::surface::cli::eval::EvalError),
     /// The HTTP server could not start.
     #[error(transparent)]
-    Serve(#[from] crate::server::ServeError),
+    Serve(#[from] crate::surface::http::ServeError),
     /// A hook could not run.
     #[error(transparent)]
-    Hook(#[from] crate::hook::HookError),
+    Hook(#[from] crate::surface::hook::HookError),
     /// Token management failed.
     #[error(transparent)]
-    Token(#[from] crate::token::TokenError),
+    Token(#[from] crate::surface::token::TokenError),
     /// A tool relayed to the store's owner failed.
     #[error(transparent)]
     Tool(#[from] crate::tools::ToolError),
@@ -382,13 +381,13 @@ pub enum Exit {
 }
 
 /// The default store directory.
-pub fn default_store_dir() -> Option<PathBuf> {
+pub(crate) fn default_store_dir() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("hmg"))
 }
 
 /// Resolves the caller: the working directory's git scope and the OS user,
 /// with command-line overrides.
-pub fn resolve_caller(args: &ScopeArgs) -> Caller {
+pub(crate) fn resolve_caller(args: &ScopeArgs) -> Caller {
     let tenant = args.tenant.clone().unwrap_or_else(crate::scope::os_user);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let mut scope = crate::scope::infer_scope(&tenant, &cwd);
@@ -429,23 +428,23 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             };
             report_bad_input(&error.to_string(), field, json, out, err)
         }
-        Err(CliError::Eval(error @ (crate::eval::EvalError::Io { .. } | crate::eval::EvalError::Format { .. }))) => {
+        Err(CliError::Eval(error @ (crate::surface::cli::eval::EvalError::Io { .. } | crate::surface::cli::eval::EvalError::Format { .. }))) => {
             report_bad_input(&error.to_string(), None, json, out, err)
         }
-        Err(CliError::Eval(crate::eval::EvalError::Memory(error @ MemoryError::InvalidInput { field, .. }))) => {
+        Err(CliError::Eval(crate::surface::cli::eval::EvalError::Memory(error @ MemoryError::InvalidInput { field, .. }))) => {
             report_bad_input(&error.to_string(), Some(field), json, out, err)
         }
-        Err(error @ (CliError::Input { .. } | CliError::Serve(crate::server::ServeError::BadAddress(_) | crate::server::ServeError::Unauthenticated(_)))) => {
+        Err(error @ (CliError::Input { .. } | CliError::Serve(crate::surface::http::ServeError::BadAddress(_) | crate::surface::http::ServeError::Unauthenticated(_)))) => {
             report_bad_input(&error.to_string(), None, json, out, err)
         }
-        Err(CliError::Hook(crate::hook::HookError::Tool(crate::tools::ToolError::Invalid { message, field }))) => {
+        Err(CliError::Hook(crate::surface::hook::HookError::Tool(crate::tools::ToolError::Invalid { message, field }))) => {
             report_bad_input(&message, field.as_deref(), json, out, err)
         }
-        Err(error @ CliError::Hook(crate::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(error @ CliError::Hook(crate::surface::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => report_bad_input(&message, field.as_deref(), json, out, err),
         Err(CliError::Tool(crate::tools::ToolError::Forbidden(message))) => report_bad_input(&message, None, json, out, err),
-        Err(CliError::Token(error @ crate::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
-        Err(error @ CliError::Token(crate::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(CliError::Token(error @ crate::surface::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
+        Err(error @ CliError::Token(crate::surface::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
         other => other,
     }
 }
@@ -461,14 +460,9 @@ fn report_bad_input(message: &str, field: Option<&str>, json: bool, out: &mut dy
 }
 
 fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
-    if let Command::Eval { memories, queries, run_out, depth, fusion, tune } = &cli.command {
-        let fusion = match fusion.as_str() {
-            "rrf" => crate::recall::Fusion::Rrf,
-            "mix" => crate::recall::Fusion::Mix,
-            other => return Err(MemoryError::invalid("fusion", format!("unknown fusion '{other}'; expected rrf or mix")).into()),
-        };
-        let options = crate::MemoryOptions::default().with_recall(crate::RecallConfig { fusion, ..crate::RecallConfig::default() });
-        let reports = crate::eval::run(memories, queries, run_out.as_deref(), *depth, options, tune, &mut |line| {
+    if let Command::Eval { memories, queries, run_out, depth, tune } = &cli.command {
+        let options = crate::MemoryOptions::default();
+        let reports = crate::surface::cli::eval::run(memories, queries, run_out.as_deref(), *depth, options, tune, &mut |line| {
             let _ = writeln!(err, "eval: {line}");
         })?;
         if cli.json {
@@ -478,7 +472,7 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             }
         } else {
             for report in &reports {
-                crate::eval::render(report, out)?;
+                crate::surface::cli::eval::render(report, out)?;
             }
         }
         return Ok(Exit::Ok);
@@ -487,8 +481,8 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         return redact_command(text, cli.json, out);
     }
     if let Command::SparqlWorker { snapshot, tenant, accept, timeout_ms, max_result_bytes, max_memory_bytes } = &cli.command {
-        let limits = crate::sparql::Limits { timeout: std::time::Duration::from_millis(*timeout_ms), max_result_bytes: *max_result_bytes, max_memory_bytes: *max_memory_bytes };
-        let code = crate::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
+        let limits = crate::surface::sparql::Limits { timeout: std::time::Duration::from_millis(*timeout_ms), max_result_bytes: *max_result_bytes, max_memory_bytes: *max_memory_bytes };
+        let code = crate::surface::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
         return Ok(if code == 0 { Exit::Ok } else { Exit::Rejected });
     }
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
@@ -503,7 +497,7 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let explicit_tenant = cli.scope.tenant.clone();
     let json = cli.json;
     let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
-    let shared = crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+    let shared = crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
     let exit = dispatch(cli.command, &shared, &caller, explicit_tenant, json, out, err)?;
     shared.flush()?;
     Ok(exit)
@@ -512,7 +506,7 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
 /// `hmg token create|list|revoke` (no store lock needed: tokens live in
 /// their own file, which a running server reloads).
 fn tokens(dir: &std::path::Path, command: &TokenCommand, tenant: Option<String>, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
-    let store = crate::token::TokenStore::new(dir);
+    let store = crate::surface::token::TokenStore::new(dir);
     match command {
         TokenCommand::Create { scopes, name } => {
             let tenant = tenant.unwrap_or_else(crate::scope::os_user);
@@ -573,7 +567,7 @@ fn redact_command(text: &str, json: bool, out: &mut dyn Write) -> Result<Exit, C
 }
 
 /// The long-running and host-facing commands: `mcp`, `serve`, `hook`.
-/// They share the store with other processes through [`crate::relay`].
+/// They share the store with other processes through [`crate::tools::relay`].
 fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
     let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
     if cli.scope.tenant.is_some() || cli.scope.workspace.is_some() || cli.scope.repository.is_some() || cli.scope.branch.is_some() {
@@ -583,58 +577,58 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
         )
         .into());
     }
-    // Blocking work is bounded by `crate::blocking`; the thread pool under it
+    // Blocking work is bounded by `crate::surface::blocking`; the thread pool under it
     // is capped too, and idle threads go away quickly after a burst.
     let runtime = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
-            .max_blocking_threads(crate::blocking::MAX_BLOCKING_THREADS)
-            .thread_keep_alive(crate::blocking::BLOCKING_KEEP_ALIVE)
+            .max_blocking_threads(crate::surface::blocking::MAX_BLOCKING_THREADS)
+            .thread_keep_alive(crate::surface::blocking::BLOCKING_KEEP_ALIVE)
             .build()
     };
     match cli.command {
         Command::Hook { command: HookCommand::PreToolUse } => {
-            let input = crate::hook::read_input(&mut std::io::stdin())?;
-            let key = crate::hook::load_or_create_key(&dir)?;
-            let output = crate::hook::pre_tool_use(&input, &crate::scope::os_user(), &key)?;
+            let input = crate::surface::hook::read_input(&mut std::io::stdin())?;
+            let key = crate::surface::hook::load_or_create_key(&dir)?;
+            let output = crate::surface::hook::pre_tool_use(&input, &crate::scope::os_user(), &key)?;
             write_json(out, &output)?;
             Ok(Exit::Ok)
         }
         Command::Hook { command: HookCommand::SessionStart } => {
-            let input = crate::hook::read_input(&mut std::io::stdin())?;
-            let shared = crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
-            let output = crate::hook::session_start(&input, &crate::scope::os_user(), &shared)?;
+            let input = crate::surface::hook::read_input(&mut std::io::stdin())?;
+            let shared = crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+            let output = crate::surface::hook::session_start(&input, &crate::scope::os_user(), &shared)?;
             write_json(out, &output)?;
             shared.flush()?;
             Ok(Exit::Ok)
         }
         Command::Mcp => {
-            let key = match crate::hook::load_or_create_key(&dir) {
+            let key = match crate::surface::hook::load_or_create_key(&dir) {
                 Ok(key) => Some(key),
                 Err(error) => {
                     tracing::warn!(%error, "hook-injected scopes cannot be verified; scopes come from the working directory");
                     None
                 }
             };
-            let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
-            let server = crate::mcp::HmgServer::new(std::sync::Arc::clone(&shared), crate::mcp::ScopeResolver::local(key), format!("mcp:{}", crate::scope::os_user()));
-            runtime()?.block_on(crate::mcp::serve_stdio(server))?;
+            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            let server = crate::surface::mcp::HmgServer::new(std::sync::Arc::clone(&shared), crate::surface::mcp::ScopeResolver::local(key), format!("mcp:{}", crate::scope::os_user()));
+            runtime()?.block_on(crate::surface::mcp::serve_stdio(server))?;
             shared.flush()?;
             Ok(Exit::Ok)
         }
         Command::Serve { listen, allow_hosts, allow_origins, shutdown_grace_secs } => {
-            let tokens = std::sync::Arc::new(crate::token::TokenStore::new(&dir));
-            let address = crate::server::listen_address(&listen, tokens.any_active()?)?;
-            let shared = std::sync::Arc::new(crate::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
-            let options = crate::server::ServeOptions {
+            let tokens = std::sync::Arc::new(crate::surface::token::TokenStore::new(&dir));
+            let address = crate::surface::http::listen_address(&listen, tokens.any_active()?)?;
+            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            let options = crate::surface::http::ServeOptions {
                 allowed_hosts: allow_hosts,
                 allowed_origins: allow_origins,
                 sparql_worker: std::env::current_exe().ok(),
                 shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
-                ..crate::server::ServeOptions::default()
+                ..crate::surface::http::ServeOptions::default()
             };
             let runtime = runtime()?;
-            let served = runtime.block_on(crate::server::serve(shared, tokens, address, options, |bound| {
+            let served = runtime.block_on(crate::surface::http::serve(shared, tokens, address, options, |bound| {
                 eprintln!("hmg: serving http://{bound} (MCP at /mcp, GraphQL and its explorer at /graphql, SPARQL at /sparql, REST at /api/v1/hetamem/vg)");
             }));
             // Work abandoned at the end of the grace period is not waited for.
@@ -648,7 +642,7 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
 
 /// Runs a tool through the process that holds the store (this CLI could
 /// not open it) and reads its output back as the facade's type.
-fn relayed<T: serde::de::DeserializeOwned>(shared: &crate::relay::SharedMemory, caller: &Caller, tool: &str, arguments: serde_json::Value) -> Result<T, CliError> {
+fn relayed<T: serde::de::DeserializeOwned>(shared: &crate::tools::relay::SharedMemory, caller: &Caller, tool: &str, arguments: serde_json::Value) -> Result<T, CliError> {
     let call = crate::tools::ToolCall::decode(tool, arguments)?;
     let value = shared.call(call, caller)?;
     serde_json::from_value(value).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(format!("unexpected answer from the store's owner: {e}"))))
@@ -656,7 +650,7 @@ fn relayed<T: serde::de::DeserializeOwned>(shared: &crate::relay::SharedMemory, 
 
 fn dispatch(
     command: Command,
-    shared: &crate::relay::SharedMemory,
+    shared: &crate::tools::relay::SharedMemory,
     caller: &Caller,
     explicit_tenant: Option<String>,
     json: bool,
@@ -908,19 +902,19 @@ fn dispatch(
             };
             // Evaluated like the server does: in a worker process over a
             // read-only checkpoint, so the limits hold.
-            let limits = crate::sparql::Limits::default();
+            let limits = crate::surface::sparql::Limits::default();
             let answer = match (memory.store().read_snapshot().map_err(MemoryError::from)?, std::env::current_exe()) {
                 (Some(snapshot), Ok(worker)) => tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(
-                    crate::sparql::answer_isolated(&worker, snapshot.dir(), &caller.scope.tenant_id, &text, accept, limits),
+                    crate::surface::sparql::answer_isolated(&worker, snapshot.dir(), &caller.scope.tenant_id, &text, accept, limits),
                 ),
-                _ => crate::sparql::answer(memory.store(), &caller.scope.tenant_id, &text, accept, limits),
+                _ => crate::surface::sparql::answer(memory.store(), &caller.scope.tenant_id, &text, accept, limits),
             };
             match answer {
                 Ok(answer) => {
                     out.write_all(&answer.body)?;
                     Ok(Exit::Ok)
                 }
-                Err(error @ crate::sparql::SparqlError::NotAcceptable(_)) => {
+                Err(error @ crate::surface::sparql::SparqlError::NotAcceptable(_)) => {
                     Err(MemoryError::invalid("format", format!("{error}: a SELECT/ASK query takes json, xml, csv or tsv; CONSTRUCT/DESCRIBE take turtle or ntriples")).into())
                 }
                 Err(error) => report_bad_input(&error.to_string(), None, json, out, err),

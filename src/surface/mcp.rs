@@ -27,7 +27,7 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::Value;
 
 use crate::memory::Caller;
-use crate::relay::SharedMemory;
+use crate::tools::relay::SharedMemory;
 use crate::scope::Scope;
 use crate::tools::{Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ReflectArgs, ScopeInput, StatsArgs, ToolCall, ToolError};
 
@@ -66,7 +66,7 @@ const INSTRUCTIONS: &str = "HMG is long-term memory across sessions. Memorize du
 
 /// Where scopes come from for one server.
 #[derive(Debug, Clone)]
-pub struct ScopeResolver {
+pub(crate) struct ScopeResolver {
     /// The tenant every call acts in.
     pub tenant: String,
     /// Directories to infer the repository from, in order (project
@@ -79,7 +79,7 @@ pub struct ScopeResolver {
 impl ScopeResolver {
     /// The resolver of a local (stdio) server: the OS user,
     /// `CLAUDE_PROJECT_DIR`, then the working directory.
-    pub fn local(hook_key: Option<Vec<u8>>) -> ScopeResolver {
+    pub(crate) fn local(hook_key: Option<Vec<u8>>) -> ScopeResolver {
         let mut directories = Vec::new();
         if let Some(dir) = std::env::var_os("CLAUDE_PROJECT_DIR").filter(|d| !d.is_empty()) {
             directories.push(PathBuf::from(dir));
@@ -93,9 +93,9 @@ impl ScopeResolver {
     /// The scope for a call of `tenant` that carried `injected`, from the
     /// hook's proof or this server's directories; `None` when neither gives
     /// a repository (then the client's roots are consulted).
-    pub fn resolve(&self, tenant: &str, injected: Option<&ScopeInput>) -> Option<Scope> {
+    pub(crate) fn resolve(&self, tenant: &str, injected: Option<&ScopeInput>) -> Option<Scope> {
         if let (Some(key), Some(input)) = (&self.hook_key, injected)
-            && let Some(scope) = crate::hook::verified(key, input)
+            && let Some(scope) = crate::surface::hook::verified(key, input)
         {
             return Some(Scope { tenant_id: tenant.to_owned(), ..scope });
         }
@@ -115,13 +115,13 @@ fn in_repository(tenant: &str, directories: &[PathBuf]) -> Option<Scope> {
 fn file_uri_path(uri: &str) -> Option<PathBuf> {
     let path = uri.strip_prefix("file://")?;
     let path = path.strip_prefix("localhost").unwrap_or(path);
-    let out = crate::server::percent_decode(path.as_bytes(), false);
+    let out = crate::text::percent_decode(path.as_bytes(), false);
     Some(PathBuf::from(String::from_utf8(out).ok()?))
 }
 
 /// The `hmg` MCP server.
 #[derive(Clone)]
-pub struct HmgServer {
+pub(crate) struct HmgServer {
     shared: Arc<SharedMemory>,
     resolver: Arc<ScopeResolver>,
     actor: String,
@@ -140,7 +140,7 @@ type ToolResult = Result<Json<Value>, String>;
 #[tool_router]
 impl HmgServer {
     /// A server over `shared`, acting as `actor` in audit entries.
-    pub fn new(shared: Arc<SharedMemory>, resolver: ScopeResolver, actor: impl Into<String>) -> HmgServer {
+    pub(crate) fn new(shared: Arc<SharedMemory>, resolver: ScopeResolver, actor: impl Into<String>) -> HmgServer {
         HmgServer {
             shared,
             resolver: Arc::new(resolver),
@@ -151,7 +151,7 @@ impl HmgServer {
     }
 
     /// A fresh session of the same server (its own client roots).
-    pub fn session(&self) -> HmgServer {
+    pub(crate) fn session(&self) -> HmgServer {
         HmgServer { roots: Arc::new(tokio::sync::OnceCell::new()), ..self.clone() }
     }
 
@@ -256,11 +256,11 @@ impl HmgServer {
             Some(parts) => {
                 let principal = parts
                     .extensions
-                    .get::<crate::token::Principal>()
+                    .get::<crate::surface::token::Principal>()
                     .ok_or_else(|| "unauthenticated: send an access token (Authorization: Bearer …)".to_owned())?;
                 let allowed = if call.writes() { principal.write } else { principal.read };
                 if !allowed {
-                    let needed = if call.writes() { crate::token::WRITE } else { crate::token::READ };
+                    let needed = if call.writes() { crate::surface::token::WRITE } else { crate::surface::token::READ };
                     return Err(format!("insufficient scope: {} needs a token with {needed}", call.name()));
                 }
                 (principal.tenant.clone(), principal.actor("mcp-http"))
@@ -277,7 +277,7 @@ impl HmgServer {
         // The span travels with the blocking work; an entered guard must not
         // be held across the await (it would tag other tasks on this thread).
         // `blocking::run` carries the current span (this one) to the work.
-        let answer = tracing::Instrument::instrument(crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)), span.clone()).await;
+        let answer = tracing::Instrument::instrument(crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)), span.clone()).await;
         match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error @ ToolError::Internal(_))) => {
@@ -337,7 +337,7 @@ impl ServerHandler for HmgServer {
 /// that is not a JSON-RPC message `-32600`; before `initialize`, a
 /// notification is ignored (it needs no answer) and any other request gets
 /// `-32002`. Everything else goes to rmcp as it came.
-pub async fn serve_stdio(server: HmgServer) -> Result<(), std::io::Error> {
+pub(crate) async fn serve_stdio(server: HmgServer) -> Result<(), std::io::Error> {
     use rmcp::ServiceExt;
     let (server_in, front_out) = tokio::io::duplex(1 << 20);
     let (front_in, server_out) = tokio::io::duplex(1 << 20);
@@ -464,7 +464,7 @@ async fn front(stdin: tokio::io::Stdin, mut to_server: tokio::io::DuplexStream, 
 /// The streamable HTTP service for `/mcp`: Origin validation on
 /// (`allowed_origins`), `Host` checked against `allowed_hosts` (empty:
 /// any). The server's own guard checks both first, on every route.
-pub fn http_service(
+pub(crate) fn http_service(
     server: HmgServer,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
@@ -496,7 +496,7 @@ mod tests {
         let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };
         let forged = ScopeInput { tenant_id: Some("bob".to_owned()), repository: Some("secret".to_owned()), ..ScopeInput::default() };
         assert_eq!(resolver.resolve("alice", Some(&forged)), None, "falls through to roots, then tenant-wide");
-        let hooked = crate::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
+        let hooked = crate::surface::hook::scope_input(&key, &Scope::tenant("alice").with_workspace("acme").with_repository("api"));
         assert_eq!(resolver.resolve("alice", Some(&hooked)), Some(Scope::tenant("alice").with_workspace("acme").with_repository("api")));
     }
 

@@ -30,17 +30,17 @@ use crate::limits::{SPARQL_MAX_NESTING, Syntax, check_nesting};
 use crate::store::Store;
 
 /// Longest accepted query text, in bytes.
-pub const MAX_QUERY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_QUERY_BYTES: usize = 64 * 1024;
 /// Default evaluation time limit.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default largest serialized result.
-pub const DEFAULT_MAX_RESULT_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_RESULT_BYTES: usize = 32 * 1024 * 1024;
 /// Default memory a worker may allocate (its data segment).
-pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_MEMORY_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// What one evaluation may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Wall-clock time.
     pub timeout: Duration,
     /// Size of the serialized result.
@@ -59,7 +59,7 @@ impl Default for Limits {
 /// its refusal to the server as this value.
 #[derive(Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "error", content = "detail", rename_all = "snake_case")]
-pub enum SparqlError {
+pub(crate) enum SparqlError {
     /// Not a query, or a syntax error.
     #[error("malformed query: {0}")]
     Syntax(String),
@@ -95,16 +95,9 @@ pub enum SparqlError {
     Worker(String),
 }
 
-impl SparqlError {
-    /// Whether the client's query is at fault (as opposed to the server).
-    pub fn is_client_error(&self) -> bool {
-        !matches!(self, SparqlError::Worker(_))
-    }
-}
-
 /// An answer ready to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// Media type.
     pub media_type: &'static str,
     /// Body.
@@ -224,7 +217,7 @@ impl Format {
 /// holds only where the evaluator reads the store: a long property path or a
 /// cartesian product can run past it, so never use this for a query you did
 /// not write.
-pub fn answer(store: &Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
+pub(crate) fn answer(store: &Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
     let _span = tracing::info_span!("sparql", tenant).entered();
     answer_on(store.handle(), tenant, text, accept, limits)
 }
@@ -342,7 +335,7 @@ pub(crate) const WORKER_COMMAND: &str = "sparql-worker";
 /// evaluates it over the checkpoint in `snapshot` and writes the body to
 /// `out`; on a refusal, writes the [`SparqlError`] as JSON and returns 2.
 /// Caps its own data segment first.
-pub fn run_worker(snapshot: &std::path::Path, tenant: &str, accept: &str, limits: Limits, input: &mut dyn std::io::Read, out: &mut dyn Write) -> std::io::Result<u8> {
+pub(crate) fn run_worker(snapshot: &std::path::Path, tenant: &str, accept: &str, limits: Limits, input: &mut dyn std::io::Read, out: &mut dyn Write) -> std::io::Result<u8> {
     if let Err(error) = rlimit::setrlimit(rlimit::Resource::DATA, limits.max_memory_bytes, limits.max_memory_bytes) {
         tracing::warn!(%error, "cannot limit the worker's memory");
     }

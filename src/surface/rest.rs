@@ -42,18 +42,18 @@ use crate::memory::{
     MergeEvent, MergeResult,
 };
 use crate::recall::RecallRequest;
-use crate::relay::SharedMemory;
+use crate::tools::relay::SharedMemory;
 use crate::scope::{Scope, ScopeError};
-use crate::token::Principal;
+use crate::surface::token::Principal;
 
 /// Where the API is mounted.
-pub const BASE: &str = "/api/v1/hetamem/vg";
+pub(crate) const BASE: &str = "/api/v1/hetamem/vg";
 /// Most messages in one add.
-pub const MAX_MESSAGES: usize = 200;
+pub(crate) const MAX_MESSAGES: usize = 200;
 
 /// `user_id`, `agent_id`, `run_id`: which memories a request is about.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScopeIds {
+pub(crate) struct ScopeIds {
     /// The user (HMG workspace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
@@ -109,7 +109,7 @@ fn id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     {"required": ["agent_id"], "properties": {"agent_id": {"type": "string"}}},
     {"required": ["run_id"], "properties": {"run_id": {"type": "string"}}},
 ]))]
-pub struct AddRequest {
+pub(crate) struct AddRequest {
     /// The conversation, in chat-completions format. A single assistant
     /// message caches an answer.
     #[schemars(length(min = 1, max = 200))]
@@ -134,7 +134,7 @@ pub struct AddRequest {
 
 /// `POST /add` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct AddResponse {
+pub(crate) struct AddResponse {
     /// One entry per fact: ADD, UPDATE, DELETE or NONE.
     pub results: Vec<MergeResult>,
     /// Set when the configured extraction endpoint failed and the built-in
@@ -151,7 +151,7 @@ pub struct AddResponse {
     {"required": ["agent_id"], "properties": {"agent_id": {"type": "string"}}},
     {"required": ["run_id"], "properties": {"run_id": {"type": "string"}}},
 ]))]
-pub struct SearchRequest {
+pub(crate) struct SearchRequest {
     /// What to find, in any language.
     #[schemars(length(min = 1, max = 2000), extend("pattern" = "\\S"))]
     pub query: String,
@@ -179,7 +179,7 @@ pub struct SearchRequest {
 
 /// One search result.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct SearchHit {
+pub(crate) struct SearchHit {
     /// Memory id (atom ULID).
     pub id: String,
     /// The fact.
@@ -192,14 +192,14 @@ pub struct SearchHit {
 
 /// `POST /search` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct SearchResponse {
+pub(crate) struct SearchResponse {
     /// Best first.
     pub results: Vec<SearchHit>,
 }
 
 /// A stored memory.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct MemoryItem {
+pub(crate) struct MemoryItem {
     /// Memory id (the current version's atom ULID).
     pub id: String,
     /// The fact.
@@ -235,7 +235,7 @@ impl MemoryItem {
 
 /// The query string of every route but add and search.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct RouteQuery {
+pub(crate) struct RouteQuery {
     /// The user (on one memory: the user it must belong to).
     #[serde(default)]
     pub user_id: Option<String>,
@@ -265,7 +265,7 @@ impl RouteQuery {
 
 /// `GET /` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ListResponse {
+pub(crate) struct ListResponse {
     /// Newest first.
     pub results: Vec<MemoryItem>,
     /// Pass as `after` for the next page.
@@ -276,7 +276,7 @@ pub struct ListResponse {
 /// `PUT /{memory_id}`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateRequest {
+pub(crate) struct UpdateRequest {
     /// The new text.
     #[schemars(length(min = 1, max = 4000), extend("pattern" = "\\S"))]
     pub data: String,
@@ -284,7 +284,7 @@ pub struct UpdateRequest {
 
 /// Answer of PUT and DELETE.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ChangeResponse {
+pub(crate) struct ChangeResponse {
     /// What happened, in words.
     pub message: String,
     /// The memory now (PUT: the new version's id).
@@ -306,7 +306,7 @@ pub struct ChangeResponse {
 
 /// One event of a memory's history.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct HistoryEvent {
+pub(crate) struct HistoryEvent {
     /// The audit entry.
     pub id: String,
     /// The version the event is about (ADD, UPDATE: the new one).
@@ -327,7 +327,7 @@ pub struct HistoryEvent {
 
 /// An error.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// What is wrong and how to fix it.
     pub detail: String,
     /// The request field at fault, if one is.
@@ -337,7 +337,7 @@ pub struct ErrorBody {
 
 /// A failed request.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     body: ErrorBody,
 }
@@ -387,7 +387,7 @@ type ApiResult<T> = Result<axum::Json<T>, ApiError>;
 
 /// What the handlers share.
 #[derive(Clone)]
-pub struct RestState {
+pub(crate) struct RestState {
     shared: Arc<SharedMemory>,
     extractor: Option<Arc<dyn Extractor>>,
 }
@@ -395,7 +395,7 @@ pub struct RestState {
 impl RestState {
     /// Over `shared`, with the extraction endpoint configured in the
     /// environment, if any (see [`crate::extract::EndpointConfig`]).
-    pub fn new(shared: Arc<SharedMemory>) -> Result<RestState, crate::extract::ExtractError> {
+    pub(crate) fn new(shared: Arc<SharedMemory>) -> Result<RestState, crate::extract::ExtractError> {
         let extractor = crate::extract::EndpointConfig::from_env()?.map(|config| {
             tracing::info!(?config, "REST add extracts facts with an OpenAI-compatible endpoint");
             Arc::new(crate::extract::OpenAiExtractor::new(config)) as Arc<dyn Extractor>
@@ -405,7 +405,7 @@ impl RestState {
 }
 
 /// The API's routes, under [`BASE`] (the list also with a trailing slash).
-pub fn routes<S: Clone + Send + Sync + 'static>(state: RestState) -> Router<S> {
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>(state: RestState) -> Router<S> {
     Router::new()
         .route(BASE, get(list).delete(delete_all))
         .route(&format!("{BASE}/"), get(list).delete(delete_all))
@@ -430,11 +430,11 @@ fn access(state: &RestState, principal: &Principal, write: bool) -> Result<Arc<M
     })
 }
 
-/// Runs facade work on the shared bounded pool ([`crate::blocking`]): a
+/// Runs facade work on the shared bounded pool ([`crate::surface::blocking`]): a
 /// full pool is 429, a deadline 503, a panic 500.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    use crate::blocking::Refused;
-    match crate::blocking::run(crate::blocking::DEFAULT_DEADLINE, work).await {
+    use crate::surface::blocking::Refused;
+    match crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, work).await {
         Ok(result) => result,
         Err(refused @ Refused::Busy(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, None, refused.to_string())),
         Err(refused @ Refused::Timeout(_)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, None, refused.to_string())),
@@ -766,7 +766,7 @@ async fn openapi_json() -> axum::Json<serde_json::Value> {
 
 /// The OpenAPI 3.1 document of these routes, generated from the types
 /// that decode and encode them.
-pub fn openapi() -> serde_json::Value {
+pub(crate) fn openapi() -> serde_json::Value {
     use serde_json::json;
     let mut settings = schemars::generate::SchemaSettings::draft2020_12();
     settings.definitions_path = "#/components/schemas/".into();

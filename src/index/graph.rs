@@ -19,11 +19,11 @@ use petgraph::visit::EdgeRef;
 use petgraph::Undirected;
 
 use crate::atom::AtomId;
-use crate::vector::{put_str, read_str};
+use crate::index::vector::{put_str, read_str};
 
 /// A node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Node {
+pub(crate) enum Node {
     /// An atom.
     Atom(AtomId),
     /// An entity, by tenant and normalized key.
@@ -34,7 +34,7 @@ pub enum Node {
 
 /// An edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Link {
+pub(crate) enum Link {
     /// Atom mentions entity.
     Mentions,
     /// Atom belongs to session.
@@ -47,7 +47,7 @@ pub enum Link {
 
 /// What the graph knows about one atom.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AtomLinks {
+pub(crate) struct AtomLinks {
     /// Tenant.
     pub tenant: String,
     /// Normalized entity keys.
@@ -62,7 +62,7 @@ pub struct AtomLinks {
 
 /// A neighbour reached from a seed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Neighbour {
+pub(crate) struct Neighbour {
     /// The atom reached.
     pub atom_id: AtomId,
     /// Edge weight in 0–1 (before hop decay).
@@ -73,7 +73,7 @@ pub struct Neighbour {
 
 /// The in-memory graph.
 #[derive(Debug, Default)]
-pub struct GraphIndex {
+pub(crate) struct GraphIndex {
     graph: StableGraph<Node, Link, Undirected>,
     nodes: HashMap<Node, NodeIndex>,
     /// Session members in id (= ingestion) order.
@@ -91,7 +91,7 @@ const FORMAT: u32 = 1;
 
 impl GraphIndex {
     /// An empty graph.
-    pub fn new() -> GraphIndex {
+    pub(crate) fn new() -> GraphIndex {
         GraphIndex::default()
     }
 
@@ -104,24 +104,19 @@ impl GraphIndex {
         index
     }
 
-    /// Number of edges.
-    pub fn edge_count(&self) -> usize {
-        self.graph.edge_count()
-    }
-
     /// The store version the graph reflects.
-    pub fn applied_version(&self) -> u64 {
+    pub(crate) fn applied_version(&self) -> u64 {
         self.applied_version
     }
 
     /// Records that every change up to `version` is applied.
-    pub fn mark(&mut self, version: u64) {
+    pub(crate) fn mark(&mut self, version: u64) {
         self.applied_version = self.applied_version.max(version);
     }
 
     /// Writes the graph to `path` (atomically) unless it is unchanged since
     /// the last write.
-    pub fn save(&mut self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn save(&mut self, path: &Path) -> std::io::Result<()> {
         if self.saved_version == self.applied_version && path.exists() {
             return Ok(());
         }
@@ -156,7 +151,7 @@ impl GraphIndex {
 
     /// Reads a graph written by [`GraphIndex::save`]; `Ok(None)` when there
     /// is no file, an `InvalidData` error when it is not one.
-    pub fn load(path: &Path) -> std::io::Result<Option<GraphIndex>> {
+    pub(crate) fn load(path: &Path) -> std::io::Result<Option<GraphIndex>> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -208,7 +203,7 @@ impl GraphIndex {
     }
 
     /// Replaces an atom's links.
-    pub fn upsert(&mut self, atom_id: AtomId, links: &AtomLinks) {
+    pub(crate) fn upsert(&mut self, atom_id: AtomId, links: &AtomLinks) {
         self.remove(atom_id);
         self.links.insert(atom_id, links.clone());
         let atom = self.node(Node::Atom(atom_id));
@@ -235,7 +230,7 @@ impl GraphIndex {
     }
 
     /// Removes an atom's outgoing links (the node stays if others point at it).
-    pub fn remove(&mut self, atom_id: AtomId) {
+    pub(crate) fn remove(&mut self, atom_id: AtomId) {
         self.links.remove(&atom_id);
         let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return };
         let edges: Vec<_> = self.graph.edges(atom).map(|e| (e.id(), *e.weight(), e.target(), e.source())).collect();
@@ -267,7 +262,7 @@ impl GraphIndex {
     /// Atoms linked to `atom_id`: through shared entities (weighted by how
     /// rare the entity is), session neighbours within `session_window`
     /// turns, and evolution/derivation links.
-    pub fn neighbours(&self, atom_id: AtomId, session_window: usize, max_entity_degree: usize) -> Vec<Neighbour> {
+    pub(crate) fn neighbours(&self, atom_id: AtomId, session_window: usize, max_entity_degree: usize) -> Vec<Neighbour> {
         let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return Vec::new() };
         let mut out: Vec<Neighbour> = Vec::new();
         for edge in self.graph.edges(atom) {
@@ -315,7 +310,7 @@ impl GraphIndex {
     }
 
     /// Atoms mentioning the entity `key` of `tenant`.
-    pub fn atoms_mentioning(&self, tenant: &str, key: &str) -> Vec<AtomId> {
+    pub(crate) fn atoms_mentioning(&self, tenant: &str, key: &str) -> Vec<AtomId> {
         let Some(&entity) = self.nodes.get(&Node::Entity(tenant.to_owned(), key.to_owned())) else { return Vec::new() };
         self.graph
             .edges(entity)

@@ -1,0 +1,137 @@
+//! Candidate lists, each confined to the caller's tenant, visible
+//! repositories and allowed statuses inside its own search: keyword (BM25),
+//! one semantic list per model that understands the query's language, the
+//! per-part list of a dialogue query, and atoms mentioning the query's
+//! entities.
+
+use std::collections::HashMap;
+
+use super::{Query, RecallConfig, RecallError};
+use crate::atom::AtomId;
+use crate::index::{IndexError, Indexes, Semantic};
+use crate::store;
+use crate::text::analyze::{Mode, terms};
+
+/// The lists fusion combines.
+pub(super) struct Lists {
+    /// Keyword hits, best first, with their BM25 scores.
+    pub(super) keyword: Vec<(AtomId, f32)>,
+    /// One list of (atom, cosine) per model that answered.
+    pub(super) semantic: Vec<Vec<(AtomId, f32)>>,
+    /// Best calibrated match with any part of a dialogue query (0–1).
+    pub(super) segment: Vec<(AtomId, f32)>,
+    /// Atoms mentioning entities the query names, most matches first.
+    pub(super) entity: Vec<AtomId>,
+    /// How many parts the query was split into (0 or 1: not a dialogue).
+    pub(super) parts: usize,
+}
+
+/// Whether a model understands the query's language.
+fn understands(semantic: &Semantic, language: &str) -> bool {
+    semantic.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == language))
+}
+
+/// Gathers every list for `query`.
+pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Result<Lists, RecallError> {
+    let keyword = indexes
+        .keyword()
+        .search(query.tenant, &query.repo_keys, query.statuses, query.text, config.candidates)
+        .map_err(IndexError::from)?;
+    let mut semantic = Vec::new();
+    for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
+        match s.embed_query(query.text) {
+            Ok(vector) => semantic.push(search(s, query, &vector, config)?),
+            Err(error) => tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it"),
+        }
+    }
+    let parts = query_parts(query.text, query.terms.len(), config);
+    let segment = if parts.len() >= 2 && config.segment_weight > 0.0 { segment_list(indexes, config, query, &parts)? } else { Vec::new() };
+    let entity = entity_list(indexes, config, query);
+    Ok(Lists { keyword, semantic, segment, entity, parts: parts.len() })
+}
+
+fn search(s: &Semantic, query: &Query<'_>, vector: &[f32], config: &RecallConfig) -> Result<Vec<(AtomId, f32)>, RecallError> {
+    Ok(s.vectors.search(query.tenant, &query.repo_keys, query.statuses, vector, config.candidates).map_err(IndexError::from)?)
+}
+
+/// Long queries of several parts: each part embedded alone, a memory
+/// scoring its best calibrated match with any part (later parts weigh
+/// more), averaged over the models that answered.
+fn segment_list(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>, parts: &[String]) -> Result<Vec<(AtomId, f32)>, RecallError> {
+    let mut best: HashMap<AtomId, f32> = HashMap::new();
+    let mut models = 0usize;
+    for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
+        let mut per_model: HashMap<AtomId, f32> = HashMap::new();
+        for (index, part) in parts.iter().enumerate() {
+            let weight = config.part_decay.clamp(0.0, 1.0).powi((parts.len() - 1 - index) as i32);
+            let vector = match s.embed_query(part) {
+                Ok(vector) => vector,
+                Err(error) => {
+                    tracing::warn!(%error, model = s.embedder.id(), "query part embedding failed");
+                    continue;
+                }
+            };
+            let hits = search(s, query, &vector, config)?;
+            let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
+            let spread = (high - low).max(f32::EPSILON);
+            for (id, cosine) in hits {
+                let v = per_model.entry(id).or_default();
+                *v = v.max(weight * (cosine - low) / spread);
+            }
+        }
+        if !per_model.is_empty() {
+            models += 1;
+        }
+        for (id, v) in per_model {
+            *best.entry(id).or_default() += v;
+        }
+    }
+    let mut list: Vec<(AtomId, f32)> = best.into_iter().collect();
+    // An average over the models that answered (a model for other
+    // languages sits out and must not halve the list).
+    let models = models.max(1) as f32;
+    for (_, v) in &mut list {
+        *v /= models;
+    }
+    Ok(list)
+}
+
+/// Atoms mentioning entities named in the query, most matches first.
+fn entity_list(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Vec<AtomId> {
+    let graph = indexes.graph();
+    let mut counts: HashMap<AtomId, usize> = HashMap::new();
+    for entity in crate::text::extract_entities(query.text) {
+        let iri = store::entity_iri(query.tenant, &entity.key).into_string();
+        let atoms = graph.atoms_mentioning(query.tenant, &iri);
+        if atoms.len() > config.max_entity_degree * 4 {
+            continue;
+        }
+        for id in atoms {
+            *counts.entry(id).or_default() += 1;
+        }
+    }
+    let mut list: Vec<(AtomId, usize)> = counts.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+    list.truncate(config.candidates);
+    list.into_iter().map(|(id, _)| id).collect()
+}
+
+/// The most recent parts of a long query: its lines, or its sentences when
+/// it is one line; parts of fewer than three terms are left out.
+pub(super) fn query_parts(query: &str, query_term_count: usize, config: &RecallConfig) -> Vec<String> {
+    if query_term_count < config.long_query_terms {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let pieces: Vec<String> = if lines.len() >= 2 {
+        lines.into_iter().map(str::to_owned).collect()
+    } else {
+        query.split_inclusive(['.', '!', '?', '。', '！', '？']).map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+    };
+    let mut parts: Vec<String> = pieces.into_iter().filter(|p| terms(p, Mode::Query).len() >= 3).collect();
+    let keep = config.max_segments.max(1);
+    if parts.len() > keep {
+        parts.drain(..parts.len() - keep);
+    }
+    parts
+}

@@ -1,0 +1,274 @@
+//! memory_recall, the engine: scope confinement → candidate lists from the
+//! keyword index, the vector indexes and the entities named in the query
+//! ([`candidates`]) → calibrated score mixing ([`fuse`]) → one-hop graph
+//! expansion from the strongest candidates with decay ([`expand`]) →
+//! hydration from the store with boosts ([`hydrate`]) → scores in 0–1.
+//! `explain` returns every stage's contribution for each result. The facade
+//! ([`crate::Memory::recall`]) validates the caller and records usage.
+//!
+//! Boosts (multiplicative, defaults in [`RecallConfig::default`]): constraint
+//! (`necessary`) over fact over guess (`possible`), user over agent source,
+//! current branch over other branches, a speaker the query names, recency
+//! (half-life in days).
+//!
+//! **Invariant:** every retriever is confined to the caller's tenant,
+//! visible repositories and allowed statuses inside its own search; the
+//! hydration step checks status and visibility again against the store.
+
+mod candidates;
+mod config;
+mod expand;
+mod fuse;
+mod hydrate;
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+pub use config::RecallConfig;
+
+use crate::atom::Atom;
+use crate::index::{IndexError, Indexes};
+use crate::scope::Scope;
+use crate::store::{Store, StoreError};
+
+/// Errors of the recall engine.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecallError {
+    /// The request is malformed; the message names the field.
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        /// Field name as on the wire.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// Reading an atom failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An index failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Input of `memory_recall`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecallRequest {
+    /// A noun phrase, any language.
+    pub query: String,
+    /// At most this many results (default 10, at most 100).
+    pub max_results: usize,
+    /// Include negated memories (default false).
+    pub include_negated: bool,
+    /// Return each stage's contribution.
+    pub explain: bool,
+    /// Only atoms of exactly the caller's scope: same workspace and
+    /// repository (no tenant-wide atoms, unless the caller is tenant-wide),
+    /// and the caller's branch when it has one. The REST API's filter
+    /// semantics; default false (SPEC visibility rules).
+    pub strict_scope: bool,
+    /// Record on each returned atom that it was recalled (`lastRecalledAt`,
+    /// `recallCount`; reflect's decay and archive read them). Default true;
+    /// internal look-ups (merge) turn it off.
+    pub record: bool,
+}
+
+/// Largest `max_results`.
+pub const MAX_RESULTS: usize = 100;
+/// Longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 2_000;
+
+impl RecallRequest {
+    /// A recall with defaults.
+    pub fn new(query: impl Into<String>) -> RecallRequest {
+        RecallRequest { query: query.into(), max_results: 10, include_negated: false, explain: false, strict_scope: false, record: true }
+    }
+}
+
+/// One stage's view of a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Default, schemars::JsonSchema, serde::Deserialize)]
+pub struct Explain {
+    /// Rank and BM25 score in the keyword list.
+    pub keyword: Option<(usize, f32)>,
+    /// Rank and cosine in the semantic list.
+    pub semantic: Option<(usize, f32)>,
+    /// Rank in the query-entity list.
+    pub entity: Option<usize>,
+    /// For a query of several parts (a dialogue): the best calibrated match
+    /// with one part, later parts weighing more, averaged over the models
+    /// (0–1, before the list's weight).
+    #[serde(default)]
+    pub segment: Option<f32>,
+    /// Fused score before expansion and boosts (0–1).
+    pub fused: f32,
+    /// Graph expansion: contributing seed, link and amount.
+    pub graph: Vec<(String, String, f32)>,
+    /// Product of the boosts applied.
+    pub boost: f32,
+}
+
+/// One recalled memory (the seeds' fields first).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
+pub struct RecalledAtom {
+    /// Atom id.
+    pub atom_id: String,
+    /// Content.
+    pub content: String,
+    /// Relevance, 0–1.
+    pub score: f32,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Attribution.
+    pub source: String,
+    /// Kind.
+    pub kind: String,
+    /// actual / necessary / possible.
+    pub epistemic: String,
+    /// Status (active unless include_negated).
+    pub status: String,
+    /// Stage contributions (only with explain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+}
+
+/// Output of `memory_recall`.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema, serde::Deserialize)]
+pub struct RecallOutcome {
+    /// Best first.
+    pub atoms: Vec<RecalledAtom>,
+    /// Set when semantic search is off, with the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Candidate {
+    explain: Explain,
+    score: f32,
+}
+
+/// A validated query, confined: what every stage reads.
+pub(crate) struct Query<'a> {
+    text: &'a str,
+    tenant: &'a str,
+    /// Repository keys visible to the caller (`""`: tenant-wide atoms).
+    repo_keys: Vec<String>,
+    statuses: &'static [&'static str],
+    language: &'static str,
+    terms: Vec<String>,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> RecallError {
+    RecallError::Invalid { field, message: message.into() }
+}
+
+/// Ranks the atoms that answer `request` for a caller in `scope` (already
+/// normalized): the best `max_results`, best first.
+pub(crate) fn rank(
+    store: &Store,
+    indexes: &Indexes,
+    config: &RecallConfig,
+    scope: &Scope,
+    request: &RecallRequest,
+) -> Result<Vec<(Atom, Candidate)>, RecallError> {
+    let text = request.query.trim();
+    if text.is_empty() {
+        return Err(invalid("query", "the query is empty; pass a noun phrase naming what to find"));
+    }
+    if text.chars().count() > MAX_QUERY_CHARS {
+        return Err(invalid("query", format!("longer than {MAX_QUERY_CHARS} characters")));
+    }
+    if request.max_results == 0 || request.max_results > MAX_RESULTS {
+        return Err(invalid("max_results", format!("must be between 1 and {MAX_RESULTS}")));
+    }
+    let mut repo_keys = Vec::with_capacity(2);
+    if !request.strict_scope || scope.is_tenant_wide() {
+        repo_keys.push(String::new());
+    }
+    if !scope.is_tenant_wide() {
+        repo_keys.push(crate::index::repo_key(scope));
+    }
+    let query = Query {
+        text,
+        tenant: scope.tenant_id.as_str(),
+        repo_keys,
+        statuses: if request.include_negated { &["active", "negated"] } else { &["active"] },
+        language: crate::text::detect_language(text),
+        terms: crate::text::analyze::terms(text, crate::text::analyze::Mode::Query),
+    };
+    let started = Instant::now();
+    let lists = candidates::gather(indexes, config, &query)?;
+    tracing::debug!(
+        keyword = lists.keyword.len(),
+        semantic = lists.semantic.len(),
+        entity = lists.entity.len(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "candidates"
+    );
+    let mut candidates = fuse::fuse(&lists, config, query.terms.len());
+    expand::expand(&mut candidates, indexes, config);
+    tracing::debug!(candidates = candidates.len(), elapsed_us = started.elapsed().as_micros() as u64, "fused and expanded");
+    let results = hydrate::hydrate(candidates, store, config, scope, request, &query)?;
+    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
+    Ok(results)
+}
+
+/// The answer for ranked results (`explain`: with each stage's contribution).
+pub(crate) fn outcome(ranked: Vec<(Atom, Candidate)>, explain: bool, warning: Option<String>) -> RecallOutcome {
+    let atoms = ranked
+        .into_iter()
+        .map(|(atom, candidate)| RecalledAtom {
+            atom_id: atom.id.to_string(),
+            content: atom.visible_content().to_owned(),
+            score: candidate.score.min(1.0),
+            created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            source: atom.source.clone(),
+            kind: atom.kind.as_str().to_owned(),
+            epistemic: atom.epistemic.as_str().to_owned(),
+            status: atom.status.as_str().to_owned(),
+            explain: explain.then_some(candidate.explain),
+        })
+        .collect();
+    RecallOutcome { atoms, warning }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::candidates::query_parts;
+    use super::hydrate::names_source;
+    use super::*;
+    use crate::text::analyze::{Mode, terms};
+
+    fn query_terms(query: &str) -> Vec<String> {
+        terms(query, Mode::Query)
+    }
+
+    #[test]
+    fn a_source_is_named_when_every_term_of_it_is_in_the_query() {
+        let q = query_terms("What did Caroline say about the adoption agency?");
+        assert!(names_source(&q, "Caroline"));
+        assert!(!names_source(&q, "Melanie"));
+        assert!(!names_source(&query_terms("What did Mary say?"), "Mary Ann"), "every term of a two-word name");
+        assert!(names_source(&query_terms("Mary Ann's plans"), "Mary Ann"));
+        assert!(names_source(&query_terms("小林报名了什么课"), "小林"));
+        assert!(names_source(&query_terms("田中さんの趣味は何ですか"), "田中"));
+        for nobody in ["user", "agent", ""] {
+            assert!(!names_source(&query_terms("what the user and the agent said"), nobody), "{nobody:?}");
+        }
+        assert!(!names_source(&query_terms(""), "Caroline"));
+    }
+
+    #[test]
+    fn long_queries_split_into_their_latest_parts() {
+        let config = RecallConfig::default();
+        let count = |q: &str| terms(q, Mode::Query).len();
+        assert!(query_parts("pottery class with Melanie", count("pottery class with Melanie"), &config).is_empty(), "a short query is one part");
+        let dialogue = (1..=6)
+            .map(|i| format!("Bart: \"turn number {i} talks about magic tricks, parties and performance outfits\""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parts = query_parts(&dialogue, count(&dialogue), &config);
+        assert_eq!(parts.len(), config.max_segments);
+        assert!(parts[0].contains("number 3") && parts[3].contains("number 6"), "{parts:?}");
+    }
+}

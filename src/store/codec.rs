@@ -1,0 +1,283 @@
+//! The atom ↔ quads codec: how an [`Atom`] is written as triples of its
+//! tenant's graph (`schema/hmg.ttl`) and read back.
+//!
+//! **Invariants**
+//! - Every write of atom content passes [`insert_atom`], which redacts again
+//!   (the last line of defence for secrets: a no-op for text that went
+//!   through admission).
+//! - Reading is the inverse of writing: an atom read back equals the atom
+//!   written (entity names aside when `with_entities` is off).
+
+use std::collections::HashMap;
+
+use oxigraph::model::{GraphNameRef, Literal, NamedNode, QuadRef, Term};
+
+use super::{Result, Store, StoreError, WriteTx};
+use crate::atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
+use crate::scope::Scope;
+use crate::text;
+use crate::vocab::{RDF_TYPE, RDFS_LABEL, hmg, prov};
+
+fn kind_class(kind: Kind) -> oxigraph::model::NamedNodeRef<'static> {
+    match kind {
+        Kind::Fact => hmg::FACT,
+        Kind::Handoff => hmg::HANDOFF,
+        Kind::Lesson => hmg::LESSON,
+        Kind::Episode => hmg::EPISODE,
+        Kind::Reflection => hmg::REFLECTION,
+    }
+}
+
+pub(crate) fn kind_of_class(iri: &str) -> Option<Kind> {
+    Kind::ALL.iter().copied().find(|k| kind_class(*k).as_str() == iri)
+}
+
+/// Writes a complete atom (and its scope node and entities) inside `tx`.
+///
+/// The last line of defence for secrets: the atom's content, source and
+/// session are redacted again here (a no-op for text that went through
+/// admission), so a write path that forgot the pass still stores nothing
+/// secret, and the entities are then taken from the redacted text.
+pub(crate) fn insert_atom(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]) -> Result<()> {
+    let redacted_content = atom.content.as_deref().map(text::redact);
+    let redacted_source = text::redact(&atom.source);
+    let redacted_session = atom.session_id.as_deref().map(text::redact);
+    let missed = redacted_content.as_ref().is_some_and(text::Redaction::changed)
+        || redacted_source.changed()
+        || redacted_session.as_ref().is_some_and(text::Redaction::changed);
+    if missed {
+        tracing::error!(atom = %atom.id, "a write path skipped redaction; redacted at the store boundary");
+        let mut clean = atom.clone();
+        clean.content = redacted_content.map(|r| r.text);
+        clean.source = redacted_source.text;
+        clean.session_id = redacted_session.map(|r| r.text);
+        let entities = clean.content.as_deref().map(text::extract_entities).unwrap_or_default();
+        clean.entities = entities.iter().map(|e| e.name.clone()).collect();
+        return write_atom_quads(tx, &clean, &entities);
+    }
+    write_atom_quads(tx, atom, entities)
+}
+
+fn write_atom_quads(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]) -> Result<()> {
+    let tenant = &atom.scope.tenant_id;
+    let graph_node = super::tenant_graph(tenant);
+    let graph: GraphNameRef<'_> = graph_node.as_ref().into();
+    let iri = super::atom_iri(atom.id);
+    let scope_iri = super::scope_iri(&atom.scope);
+
+    tx.insert(QuadRef::new(&iri, RDF_TYPE, hmg::ATOM, graph));
+    tx.insert(QuadRef::new(&iri, RDF_TYPE, kind_class(atom.kind), graph));
+    if let Some(content) = &atom.content {
+        tx.insert(QuadRef::new(&iri, hmg::CONTENT, &Literal::from(content.as_str()), graph));
+        tx.insert(QuadRef::new(&iri, hmg::CONTENT_HASH, &Literal::from(text::content_hash(content)), graph));
+    }
+    tx.insert(QuadRef::new(&iri, hmg::SOURCE, &Literal::from(atom.source.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::STATUS, &Literal::from(atom.status.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::EPISTEMIC, &Literal::from(atom.epistemic.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::POLARITY, &Literal::from(atom.polarity.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::LANGUAGE, &Literal::from(atom.language.as_str()), graph));
+    tx.insert(QuadRef::new(&iri, hmg::IMPORTANCE, &Literal::from(atom.importance), graph));
+    tx.insert(QuadRef::new(&iri, hmg::CREATED_AT, &super::audit::datetime_literal(atom.created_at), graph));
+    if let Some(session) = &atom.session_id {
+        tx.insert(QuadRef::new(&iri, hmg::SESSION_ID, &Literal::from(session.as_str()), graph));
+    }
+    if let Some(expires_at) = atom.expires_at {
+        tx.insert(QuadRef::new(&iri, hmg::EXPIRES_AT, &super::audit::datetime_literal(expires_at), graph));
+    }
+    tx.insert(QuadRef::new(&iri, hmg::IN_SCOPE, &scope_iri, graph));
+    tx.insert(QuadRef::new(&scope_iri, RDF_TYPE, hmg::SCOPE, graph));
+    tx.insert(QuadRef::new(&scope_iri, hmg::TENANT_ID, &Literal::from(tenant.as_str()), graph));
+    for (predicate, value) in [
+        (hmg::WORKSPACE, &atom.scope.workspace),
+        (hmg::REPOSITORY, &atom.scope.repository),
+        (hmg::BRANCH, &atom.scope.branch),
+    ] {
+        if let Some(value) = value {
+            tx.insert(QuadRef::new(&scope_iri, predicate, &Literal::from(value.as_str()), graph));
+        }
+    }
+    if let Some(old) = atom.supersedes {
+        tx.insert(QuadRef::new(&iri, prov::WAS_REVISION_OF, &super::atom_iri(old), graph));
+    }
+    for source in &atom.derived_from {
+        tx.insert(QuadRef::new(&iri, prov::WAS_DERIVED_FROM, &super::atom_iri(*source), graph));
+    }
+    for entity in entities {
+        let entity_iri = super::entity_iri(tenant, &entity.key);
+        if tx.object(entity_iri.as_ref(), RDFS_LABEL, graph)?.is_none() {
+            tx.insert(QuadRef::new(&entity_iri, RDF_TYPE, hmg::ENTITY, graph));
+            tx.insert(QuadRef::new(&entity_iri, RDFS_LABEL, &Literal::from(entity.name.as_str()), graph));
+            tx.insert(QuadRef::new(&entity_iri, hmg::ENTITY_KIND, &Literal::from(entity.kind.as_str()), graph));
+        }
+        tx.insert(QuadRef::new(&iri, hmg::MENTIONS, &entity_iri, graph));
+    }
+    Ok(())
+}
+
+/// Sets a single-valued literal property of an atom inside `tx`.
+pub(crate) fn set_atom_literal(
+    tx: &mut WriteTx<'_>,
+    tenant: &str,
+    id: AtomId,
+    predicate: oxigraph::model::NamedNodeRef<'_>,
+    value: &str,
+) -> Result<()> {
+    let graph_node = super::tenant_graph(tenant);
+    let iri = super::atom_iri(id);
+    tx.set(iri.as_ref(), predicate, &Term::Literal(Literal::from(value)), graph_node.as_ref().into())?;
+    Ok(())
+}
+
+pub(crate) fn literal_value(term: &Term) -> Option<&str> {
+    match term {
+        Term::Literal(l) => Some(l.value()),
+        _ => None,
+    }
+}
+
+/// Reads an atom from its quads.
+pub(crate) fn load_atom(store: &Store, tenant: &str, id: AtomId) -> Result<Option<Atom>> {
+    load_atom_with(store, tenant, id, true)
+}
+
+/// Reads an atom; without `with_entities` its entity names are left empty
+/// (one lookup less per entity: what recall hydration needs).
+pub(crate) fn load_atom_with(store: &Store, tenant: &str, id: AtomId, with_entities: bool) -> Result<Option<Atom>> {
+    load_atom_cached(store, tenant, id, with_entities, &mut HashMap::new())
+}
+
+/// Reads an atom, reusing scopes already read (`scopes`): most atoms of a
+/// recall share a handful of scope nodes.
+pub(crate) fn load_atom_cached(
+    store: &Store,
+    tenant: &str,
+    id: AtomId,
+    with_entities: bool,
+    scopes: &mut HashMap<NamedNode, Scope>,
+) -> Result<Option<Atom>> {
+    let iri = super::atom_iri(id);
+    let quads = store.describe(tenant, iri.as_ref())?;
+    if quads.is_empty() {
+        return Ok(None);
+    }
+    let corrupt = |what: &str| StoreError::Corrupt(format!("atom {id} has no valid {what}"));
+    let mut kind = None;
+    let mut content = None;
+    let mut source = None;
+    let mut status = None;
+    let mut epistemic = None;
+    let mut polarity = None;
+    let mut language = None;
+    let mut importance = 0.5;
+    let mut created_at = None;
+    let mut scope_node: Option<NamedNode> = None;
+    let mut entity_nodes = Vec::new();
+    let mut supersedes = None;
+    let mut derived_from = Vec::new();
+    let mut session_id = None;
+    let mut expires_at = None;
+    let mut last_recalled_at = None;
+    let mut recall_count = 0;
+    let mut last_decayed_at = None;
+    for quad in &quads {
+        let p = quad.predicate.as_ref();
+        let o = &quad.object;
+        if p == RDF_TYPE {
+            if let Term::NamedNode(class) = o
+                && let Some(k) = kind_of_class(class.as_str())
+            {
+                kind = Some(k);
+            }
+        } else if p == hmg::CONTENT {
+            content = literal_value(o).map(str::to_owned);
+        } else if p == hmg::SOURCE {
+            source = literal_value(o).map(str::to_owned);
+        } else if p == hmg::STATUS {
+            status = literal_value(o).and_then(|v| v.parse::<Status>().ok());
+        } else if p == hmg::EPISTEMIC {
+            epistemic = literal_value(o).and_then(|v| v.parse::<Epistemic>().ok());
+        } else if p == hmg::POLARITY {
+            polarity = literal_value(o).and_then(|v| v.parse::<Polarity>().ok());
+        } else if p == hmg::LANGUAGE {
+            language = literal_value(o).map(str::to_owned);
+        } else if p == hmg::IMPORTANCE {
+            importance = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0.5);
+        } else if p == hmg::CREATED_AT {
+            created_at = super::audit::parse_datetime(o);
+        } else if p == hmg::SESSION_ID {
+            session_id = literal_value(o).map(str::to_owned);
+        } else if p == hmg::EXPIRES_AT {
+            expires_at = super::audit::parse_datetime(o);
+        } else if p == hmg::LAST_RECALLED_AT {
+            last_recalled_at = super::audit::parse_datetime(o);
+        } else if p == hmg::DECAYED_AT {
+            last_decayed_at = super::audit::parse_datetime(o);
+        } else if p == hmg::RECALL_COUNT {
+            recall_count = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0);
+        } else if p == hmg::IN_SCOPE {
+            if let Term::NamedNode(n) = o {
+                scope_node = Some(n.clone());
+            }
+        } else if p == hmg::MENTIONS {
+            if let Term::NamedNode(n) = o {
+                entity_nodes.push(n.clone());
+            }
+        } else if p == prov::WAS_REVISION_OF {
+            supersedes = super::atom_id_of(o);
+        } else if p == prov::WAS_DERIVED_FROM {
+            derived_from.extend(super::atom_id_of(o));
+        }
+    }
+    let scope_node = scope_node.ok_or_else(|| corrupt("scope"))?;
+    let scope = match scopes.get(&scope_node) {
+        Some(scope) => scope.clone(),
+        None => {
+            let mut scope = Scope::tenant(tenant);
+            for quad in store.describe(tenant, scope_node.as_ref())? {
+                let value = literal_value(&quad.object).map(str::to_owned);
+                let p = quad.predicate.as_ref();
+                if p == hmg::WORKSPACE {
+                    scope.workspace = value;
+                } else if p == hmg::REPOSITORY {
+                    scope.repository = value;
+                } else if p == hmg::BRANCH {
+                    scope.branch = value;
+                }
+            }
+            scopes.insert(scope_node, scope.clone());
+            scope
+        }
+    };
+    let mut entities = Vec::with_capacity(entity_nodes.len());
+    for node in entity_nodes.into_iter().filter(|_| with_entities) {
+        let label = store
+            .describe(tenant, node.as_ref())?
+            .into_iter()
+            .find(|q| q.predicate.as_ref() == RDFS_LABEL)
+            .and_then(|q| literal_value(&q.object).map(str::to_owned));
+        entities.extend(label);
+    }
+    entities.sort();
+    Ok(Some(Atom {
+        id,
+        content,
+        kind: kind.ok_or_else(|| corrupt("kind"))?,
+        source: source.unwrap_or_else(|| "agent".to_owned()),
+        scope,
+        epistemic: epistemic.ok_or_else(|| corrupt("epistemic"))?,
+        polarity: polarity.ok_or_else(|| corrupt("polarity"))?,
+        status: status.ok_or_else(|| corrupt("status"))?,
+        created_at: created_at.ok_or_else(|| corrupt("created_at"))?,
+        language: language.unwrap_or_else(|| "und".to_owned()),
+        importance,
+        entities,
+        supersedes,
+        derived_from,
+        session_id,
+        expires_at,
+        last_recalled_at,
+        recall_count,
+        last_decayed_at,
+    }))
+}
+

@@ -1,0 +1,15 @@
+//! The surfaces: adapters that expose the [`crate::Memory`] facade and the
+//! memory tools to the outside (command line, MCP, HTTP with GraphQL, REST
+//! and SPARQL, agent-host hooks). Nothing below this folder depends on it.
+
+pub(crate) mod blocking;
+pub(crate) mod cli;
+pub(crate) mod graphql;
+pub(crate) mod hook;
+pub(crate) mod http;
+pub(crate) mod mcp;
+pub(crate) mod rest;
+pub(crate) mod sparql;
+pub(crate) mod token;
+#[cfg(test)]
+mod fuzz;
