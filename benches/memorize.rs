@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench --bench memorize`
 
+// A failed unwrap is a failed test (or bench); reports go to stdout.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
 use std::time::{Duration, Instant};
 
 use hmg::{Caller, Effect, MemorizeRequest, Memory, Scope};
@@ -12,7 +15,7 @@ mod common;
 
 use common::{percentile_ms, sentence};
 
-fn report(label: &str, samples: &mut Vec<Duration>) {
+fn report(label: &str, samples: &mut [Duration]) {
     samples.sort();
     println!(
         "{label:<28} n={:<6} p50={:>8.3} ms  p95={:>8.3} ms  p99={:>8.3} ms  max={:>8.3} ms",

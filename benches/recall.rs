@@ -11,6 +11,9 @@
 //!
 //! Run: `cargo bench --bench recall`
 
+// A failed unwrap is a failed test (or bench); reports go to stdout.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
 mod common;
 
 use std::sync::Arc;
@@ -130,7 +133,9 @@ fn main() {
                 samples.push(t.elapsed());
                 assert!(!outcome.atoms.is_empty());
                 let t = Instant::now();
-                memory.recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{q} {round} again")) }).expect("recall");
+                memory
+                    .recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{q} {round} again")) })
+                    .expect("recall");
                 unrecorded.push(t.elapsed());
             }
         }
@@ -153,6 +158,12 @@ fn main() {
             );
         }
         let stats = memory.stats(&caller).expect("stats");
-        println!("store at {n:>6} atoms: rss={:.0} MiB, keyword={}, semantic={}, edges={}", rss_mib(), stats.indexes.keyword, stats.indexes.semantic, stats.edges);
+        println!(
+            "store at {n:>6} atoms: rss={:.0} MiB, keyword={}, semantic={}, edges={}",
+            rss_mib(),
+            stats.indexes.keyword,
+            stats.indexes.semantic,
+            stats.edges
+        );
     }
 }

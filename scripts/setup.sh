@@ -26,6 +26,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+# The test command checks formatting and lints too.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null 2>&1 || { echo "setup: cargo fmt and cargo clippy are needed; install the rustfmt and clippy components" >&2; exit 1; }
+    rustup component add rustfmt clippy
+fi
 
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}/hmg"
 MODELS="${HMG_HOME:-$DATA/models}"

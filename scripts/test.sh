@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 eval "$(scripts/test-clients.sh)"
 source scripts/env.sh
+cargo fmt --check
+cargo clippy --release --locked --features e5 --all-targets -- -D warnings
 cargo test --release --locked --features e5 "$@"

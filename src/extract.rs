@@ -135,12 +135,22 @@ impl EndpointConfig {
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(ExtractError::Invalid(format!("HMG_EXTRACT_BASE_URL '{base_url}' must start with http:// or https://")));
         }
-        let model = var("HMG_EXTRACT_MODEL").ok_or_else(|| ExtractError::Invalid("HMG_EXTRACT_BASE_URL is set but HMG_EXTRACT_MODEL is not".to_owned()))?;
+        let model = var("HMG_EXTRACT_MODEL")
+            .ok_or_else(|| ExtractError::Invalid("HMG_EXTRACT_BASE_URL is set but HMG_EXTRACT_MODEL is not".to_owned()))?;
         let timeout = match var("HMG_EXTRACT_TIMEOUT_SECS") {
             None => 20.0,
-            Some(text) => text.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0).ok_or_else(|| ExtractError::Invalid(format!("HMG_EXTRACT_TIMEOUT_SECS '{text}' is not a positive number")))?,
+            Some(text) => text
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| ExtractError::Invalid(format!("HMG_EXTRACT_TIMEOUT_SECS '{text}' is not a positive number")))?,
         };
-        Ok(Some(EndpointConfig { base_url, model, api_key: var("HMG_EXTRACT_API_KEY"), timeout: std::time::Duration::from_secs_f64(timeout) }))
+        Ok(Some(EndpointConfig {
+            base_url,
+            model,
+            api_key: var("HMG_EXTRACT_API_KEY"),
+            timeout: std::time::Duration::from_secs_f64(timeout),
+        }))
     }
 }
 
@@ -204,17 +214,28 @@ impl Extractor for OpenAiExtractor {
         let _entered = span.enter();
         let mut response = request.send(body.to_string().as_bytes()).map_err(|e| ExtractError::Endpoint(format!("{url}: {e}")))?;
         let status = response.status();
-        let text = response.body_mut().with_config().limit(4 * 1024 * 1024).read_to_string().map_err(|e| ExtractError::Endpoint(format!("{url}: reading the answer: {e}")))?;
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(4 * 1024 * 1024)
+            .read_to_string()
+            .map_err(|e| ExtractError::Endpoint(format!("{url}: reading the answer: {e}")))?;
         if !status.is_success() {
             let excerpt: String = text.chars().take(300).collect();
             return Err(ExtractError::Endpoint(format!("{url} answered {status}: {excerpt}")));
         }
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| ExtractError::Endpoint(format!("{url}: the answer is not JSON: {e}")))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ExtractError::Endpoint(format!("{url}: the answer is not JSON: {e}")))?;
         let content = value
             .pointer("/choices/0/message/content")
             .and_then(serde_json::Value::as_str)
             .ok_or_else(|| ExtractError::Endpoint(format!("{url}: no choices[0].message.content in the answer")))?;
-        let facts = facts_from_answer(content).ok_or_else(|| ExtractError::Endpoint(format!("the model did not answer with a list of facts: {}", content.chars().take(200).collect::<String>())))?;
+        let facts = facts_from_answer(content).ok_or_else(|| {
+            ExtractError::Endpoint(format!(
+                "the model did not answer with a list of facts: {}",
+                content.chars().take(200).collect::<String>()
+            ))
+        })?;
         let mut unique: Vec<String> = Vec::new();
         for fact in facts {
             if !unique.iter().any(|f| f.eq_ignore_ascii_case(&fact)) {
@@ -248,7 +269,10 @@ pub fn extract_with_fallback(endpoint: Option<&dyn Extractor>, messages: &[Messa
         Err(ExtractError::Invalid(message)) => Err(ExtractError::Invalid(message)),
         Err(error) => {
             tracing::warn!(%error, extractor = endpoint.name(), "extraction endpoint failed; using the built-in extractor");
-            Ok(Extraction { facts: RuleExtractor.extract(messages)?, warning: Some(format!("{error}; the built-in extractor was used instead")) })
+            Ok(Extraction {
+                facts: RuleExtractor.extract(messages)?,
+                warning: Some(format!("{error}; the built-in extractor was used instead")),
+            })
         }
     }
 }
@@ -388,7 +412,10 @@ mod tests {
     #[test]
     fn first_person_statements_become_facts_in_three_languages() {
         let cases = [
-            ("Hi! I'm a backend engineer. I use Neovim every day. Can you help me?", vec!["Is a backend engineer", "Uses Neovim every day"]),
+            (
+                "Hi! I'm a backend engineer. I use Neovim every day. Can you help me?",
+                vec!["Is a backend engineer", "Uses Neovim every day"],
+            ),
             ("My favorite database is PostgreSQL. I don't like ORMs.", vec!["Favorite database is PostgreSQL", "Does not like ORMs"]),
             ("I no longer prefer tabs. I always write tests first.", vec!["No longer prefers tabs", "Always writes tests first"]),
             ("你好！我喜欢简洁的Python示例。我的编辑器是VS Code。", vec!["喜欢简洁的Python示例", "编辑器是VS Code"]),

@@ -34,8 +34,8 @@ pub mod recall;
 pub(crate) mod surface;
 pub(crate) mod tools;
 
-pub use index::embed;
 pub use index::IndexError;
+pub use index::embed;
 pub use store::StoreError;
 
 /// The `hmg` command line, for the binary.
@@ -45,9 +45,9 @@ pub mod cli {
 
 pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
-    AtomView, AuditView, Brief, BriefOptions, Caller, ChainEvent, CorrectAction, CorrectOutcome, CorrectRequest, Effect,
-    ExportFormat, GovernAction, GovernOutcome, GovernRequest, MergeEvent, MergeResult, HandoffOutcome, HandoffRequest, History, ImportReport,
-    ImportedLine, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, EmbedderChoice, ReflectAction, ReflectReport,
+    AtomView, AuditView, Brief, BriefOptions, Caller, ChainEvent, CorrectAction, CorrectOutcome, CorrectRequest, Effect, EmbedderChoice,
+    ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport, ImportedLine,
+    MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, MergeEvent, MergeResult, ReflectAction, ReflectReport,
     ReflectRequest, Stats,
 };
 pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};

@@ -157,7 +157,9 @@ mod tests {
         assert!(check_nesting(&format!("{{\"a\": \"{deep}\"}}"), Syntax::Json, 4).is_ok());
         assert!(check_nesting(&format!("{{\"a\": \"\\\"{deep}\"}}"), Syntax::Json, 4).is_ok());
         assert!(check_nesting(&format!("{{ a(x: \"\"\"{deep}\"\"\") }} # {deep}\n"), Syntax::Graphql, 4).is_ok());
-        assert!(check_nesting(&format!("SELECT * WHERE {{ ?s ?p '{deep}' . ?s ?p \"\"\"{deep}\n\"\"\" }} # {deep}"), Syntax::Sparql, 4).is_ok());
+        assert!(
+            check_nesting(&format!("SELECT * WHERE {{ ?s ?p '{deep}' . ?s ?p \"\"\"{deep}\n\"\"\" }} # {deep}"), Syntax::Sparql, 4).is_ok()
+        );
         assert!(check_nesting("SELECT * WHERE { ?s ?p <urn:a((((((((> }", Syntax::Sparql, 4).is_ok());
         // `<` as an operator is not an IRI.
         assert!(check_nesting("ASK { FILTER(1 < (((((2))))) ) }", Syntax::Sparql, 4).is_err());

@@ -117,9 +117,7 @@ impl Scope {
     /// Whether `self` and `other` name the same repository of the same tenant
     /// (branches may differ). Exact dedup works at this level.
     pub fn same_repository(&self, other: &Scope) -> bool {
-        self.tenant_id == other.tenant_id
-            && self.workspace == other.workspace
-            && self.repository == other.repository
+        self.tenant_id == other.tenant_id && self.workspace == other.workspace && self.repository == other.repository
     }
 
     /// Whether `atom_scope` is exactly this scope: same tenant, workspace and
@@ -171,11 +169,7 @@ pub fn os_user() -> String {
     ["USER", "LOGNAME", "USERNAME"]
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
-        .or_else(|| {
-            dirs::home_dir()
-                .and_then(|home| home.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .filter(|n| !n.is_empty())
-        })
+        .or_else(|| dirs::home_dir().and_then(|home| home.file_name().map(|n| n.to_string_lossy().into_owned())).filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "local".to_owned())
 }
 
@@ -197,12 +191,7 @@ pub struct GitFacts {
 /// tenant-wide.
 pub fn infer_scope(tenant: &str, dir: &Path) -> Scope {
     let facts = git_facts(dir);
-    Scope {
-        tenant_id: tenant.to_owned(),
-        workspace: facts.owner,
-        repository: facts.name,
-        branch: facts.branch,
-    }
+    Scope { tenant_id: tenant.to_owned(), workspace: facts.owner, repository: facts.name, branch: facts.branch }
 }
 
 /// Reads git metadata from files (no `git` process): works from any
@@ -211,16 +200,11 @@ pub fn git_facts(dir: &Path) -> GitFacts {
     let Some((top_level, git_dir)) = find_git_dir(dir) else {
         return GitFacts::default();
     };
-    let common_dir = std::fs::read_to_string(git_dir.join("commondir"))
-        .ok()
-        .map(|rel| git_dir.join(rel.trim()))
-        .unwrap_or_else(|| git_dir.clone());
-    let branch = std::fs::read_to_string(git_dir.join("HEAD"))
-        .ok()
-        .and_then(|head| head.trim().strip_prefix("ref: refs/heads/").map(str::to_owned));
-    let remote_url = std::fs::read_to_string(common_dir.join("config"))
-        .ok()
-        .and_then(|config| remote_url(&config));
+    let common_dir =
+        std::fs::read_to_string(git_dir.join("commondir")).ok().map(|rel| git_dir.join(rel.trim())).unwrap_or_else(|| git_dir.clone());
+    let branch =
+        std::fs::read_to_string(git_dir.join("HEAD")).ok().and_then(|head| head.trim().strip_prefix("ref: refs/heads/").map(str::to_owned));
+    let remote_url = std::fs::read_to_string(common_dir.join("config")).ok().and_then(|config| remote_url(&config));
     let (owner, name) = match remote_url.as_deref().and_then(owner_and_name) {
         Some((owner, name)) => (owner, Some(name)),
         None => (None, None),
@@ -253,10 +237,7 @@ fn remote_url(config: &str) -> Option<String> {
     for line in config.lines() {
         let line = line.trim();
         if line.starts_with('[') {
-            current_remote = line
-                .strip_prefix("[remote \"")
-                .and_then(|rest| rest.strip_suffix("\"]"))
-                .map(str::to_owned);
+            current_remote = line.strip_prefix("[remote \"").and_then(|rest| rest.strip_suffix("\"]")).map(str::to_owned);
             continue;
         }
         let Some(remote) = &current_remote else { continue };
@@ -311,7 +292,8 @@ mod tests {
 
     #[test]
     fn origin_wins_over_other_remotes() {
-        let config = "[core]\n\tbare = false\n[remote \"upstream\"]\n\turl = https://h/up/x.git\n[remote \"origin\"]\n\turl = https://h/me/x.git\n";
+        let config =
+            "[core]\n\tbare = false\n[remote \"upstream\"]\n\turl = https://h/up/x.git\n[remote \"origin\"]\n\turl = https://h/me/x.git\n";
         assert_eq!(remote_url(config).as_deref(), Some("https://h/me/x.git"));
     }
 

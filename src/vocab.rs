@@ -131,8 +131,7 @@ pub(crate) mod prov {
 }
 
 /// `rdfs:label`.
-pub(crate) const RDFS_LABEL: NamedNodeRef<'static> =
-    NamedNodeRef::new_unchecked("http://www.w3.org/2000/01/rdf-schema#label");
+pub(crate) const RDFS_LABEL: NamedNodeRef<'static> = NamedNodeRef::new_unchecked("http://www.w3.org/2000/01/rdf-schema#label");
 /// `rdf:type`.
 pub(crate) const RDF_TYPE: NamedNodeRef<'static> = oxigraph::model::vocab::rdf::TYPE;
 
@@ -147,10 +146,7 @@ mod tests {
     fn every_hmg_term_is_declared_in_schema() {
         let ttl = include_str!("../schema/hmg.ttl");
         for local in super::hmg::ALL_LOCAL_NAMES {
-            assert!(
-                ttl.contains(&format!("hmg:{local} a ")),
-                "hmg:{local} is in vocab.rs but not declared in schema/hmg.ttl"
-            );
+            assert!(ttl.contains(&format!("hmg:{local} a ")), "hmg:{local} is in vocab.rs but not declared in schema/hmg.ttl");
         }
         // PROV-O terms are reused, not declared; the schema must mention each.
         for local in super::prov::ALL_LOCAL_NAMES {

@@ -2,7 +2,8 @@
 
 #![allow(dead_code)]
 
-const SUBJECTS: &[&str] = &["PostgreSQL", "Redis", "tokio", "the billing service", "src/login.py", "Kubernetes", "老李", "田中さん", "ledger-sync", "Caroline"];
+const SUBJECTS: &[&str] =
+    &["PostgreSQL", "Redis", "tokio", "the billing service", "src/login.py", "Kubernetes", "老李", "田中さん", "ledger-sync", "Caroline"];
 const EN: &[&str] = &[
     "{s} must be restarted after config change #{i}",
     "{s} probably caused incident #{i}",
@@ -36,6 +37,8 @@ pub(crate) fn percentile_ms(sorted: &[std::time::Duration], p: f64) -> f64 {
 pub(crate) fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok())
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
+use petgraph::Undirected;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
-use petgraph::Undirected;
 
 use crate::atom::AtomId;
 use crate::index::vector::{put_str, read_str};

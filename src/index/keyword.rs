@@ -103,13 +103,7 @@ impl Tokenizer for HmgTokenizer {
         let tokens = analyze::analyze(text, Mode::Index)
             .into_iter()
             .enumerate()
-            .map(|(position, term)| Token {
-                offset_from: term.from,
-                offset_to: term.to,
-                position,
-                text: term.text,
-                position_length: 1,
-            })
+            .map(|(position, term)| Token { offset_from: term.from, offset_to: term.to, position, text: term.text, position_length: 1 })
             .collect();
         HmgTokenStream { tokens, index: 0 }
     }
@@ -142,9 +136,8 @@ impl std::fmt::Debug for KeywordIndex {
 
 fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
-    let text_options = TextOptions::default().set_indexing_options(
-        TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs),
-    );
+    let text_options = TextOptions::default()
+        .set_indexing_options(TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs));
     let fields = Fields {
         atom_id: builder.add_text_field("atom_id", STRING | STORED),
         tenant: builder.add_text_field("tenant", STRING),
@@ -357,8 +350,7 @@ impl KeywordIndex {
         let text: Vec<(Occur, Box<dyn Query>)> = terms
             .iter()
             .map(|t| {
-                let q: Box<dyn Query> =
-                    Box::new(TermQuery::new(Term::from_field_text(self.fields.text, t), IndexRecordOption::WithFreqs));
+                let q: Box<dyn Query> = Box::new(TermQuery::new(Term::from_field_text(self.fields.text, t), IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();

@@ -25,8 +25,8 @@ use crate::atom::{Atom, AtomId};
 use crate::index::embed::{EmbedError, Embedder};
 use crate::index::graph::{AtomLinks, GraphIndex};
 use crate::index::keyword::{KeywordDoc, KeywordError, KeywordIndex};
-use crate::store::{self, NamedQuery, Store, StoreError};
 use crate::index::vector::{VectorError, VectorIndex};
+use crate::store::{self, NamedQuery, Store, StoreError};
 
 /// Errors of the index layer.
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +247,14 @@ impl Indexes {
 
     /// Updates every index for atoms touched by the write that committed as
     /// `version`. `vectors` are precomputed embeddings for some of them.
-    pub(crate) fn on_change(&self, store: &Store, tenant: &str, atoms: &[AtomId], version: u64, vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)>) -> Result<(), IndexError> {
+    pub(crate) fn on_change(
+        &self,
+        store: &Store,
+        tenant: &str,
+        atoms: &[AtomId],
+        version: u64,
+        vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)>,
+    ) -> Result<(), IndexError> {
         let mut vectors = vectors;
         for id in atoms {
             let atom = load(store, tenant, *id)?;
@@ -283,7 +290,13 @@ impl Indexes {
         };
         let repo = repo_key(&atom.scope);
         self.keyword.upsert(
-            &KeywordDoc { atom_id: atom.id, tenant: atom.scope.tenant_id.clone(), repo_key: repo.clone(), status: atom.status.as_str().to_owned(), text },
+            &KeywordDoc {
+                atom_id: atom.id,
+                tenant: atom.scope.tenant_id.clone(),
+                repo_key: repo.clone(),
+                status: atom.status.as_str().to_owned(),
+                text,
+            },
             version,
         )?;
         vectors.resize(self.semantic.len(), None);

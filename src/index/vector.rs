@@ -111,13 +111,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 impl VectorIndex {
     /// Opens the index of `model_id` in `dir` (or in RAM).
     pub fn open(dir: Option<&Path>, model_id: &str, dims: usize) -> Result<VectorIndex, VectorError> {
-        let mut inner = Inner {
-            entries: HashMap::new(),
-            by_tenant: HashMap::new(),
-            hnsw: None,
-            applied_version: 0,
-            saved_version: 0,
-        };
+        let mut inner = Inner { entries: HashMap::new(), by_tenant: HashMap::new(), hnsw: None, applied_version: 0, saved_version: 0 };
         if let Some(dir) = dir {
             std::fs::create_dir_all(dir).map_err(|source| VectorError::Io { path: dir.to_path_buf(), source })?;
             match load(&dir.join("vectors.bin"), model_id, dims) {
@@ -172,7 +166,15 @@ impl VectorIndex {
     }
 
     /// Adds or replaces an atom's vector and metadata.
-    pub fn upsert(&self, atom_id: AtomId, tenant: &str, repo_key: &str, status: &str, vector: Vec<f32>, version: u64) -> Result<(), VectorError> {
+    pub fn upsert(
+        &self,
+        atom_id: AtomId,
+        tenant: &str,
+        repo_key: &str,
+        status: &str,
+        vector: Vec<f32>,
+        version: u64,
+    ) -> Result<(), VectorError> {
         if vector.len() != self.dims {
             return Err(VectorError::Dimensions { expected: self.dims, got: vector.len() });
         }
@@ -189,7 +191,10 @@ impl VectorIndex {
                 hnsw.add(key, &vector).map_err(|e| VectorError::Usearch(e.to_string()))?;
             }
             inner.by_tenant.entry(tenant.to_owned()).or_default().insert(key);
-            inner.entries.insert(key, Entry { atom_id, tenant: tenant.to_owned(), repo_key: repo_key.to_owned(), status: status.to_owned(), vector });
+            inner.entries.insert(
+                key,
+                Entry { atom_id, tenant: tenant.to_owned(), repo_key: repo_key.to_owned(), status: status.to_owned(), vector },
+            );
             inner.applied_version = inner.applied_version.max(version);
         }
         self.rebuild_hnsw_if_needed()
@@ -249,15 +254,21 @@ impl VectorIndex {
 
     /// Cosine similarity search among `tenant`'s vectors in `repo_keys` with
     /// a status in `statuses`; best first.
-    pub fn search(&self, tenant: &str, repo_keys: &[String], statuses: &[&str], query: &[f32], limit: usize) -> Result<Vec<(AtomId, f32)>, VectorError> {
+    pub fn search(
+        &self,
+        tenant: &str,
+        repo_keys: &[String],
+        statuses: &[&str],
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(AtomId, f32)>, VectorError> {
         if query.len() != self.dims {
             return Err(VectorError::Dimensions { expected: self.dims, got: query.len() });
         }
         let inner = self.read();
         let Some(keys) = inner.by_tenant.get(tenant) else { return Ok(Vec::new()) };
-        let allowed = |entry: &Entry| {
-            statuses.contains(&entry.status.as_str()) && repo_keys.iter().any(|r| *r == entry.repo_key) && entry.tenant == tenant
-        };
+        let allowed =
+            |entry: &Entry| statuses.contains(&entry.status.as_str()) && repo_keys.contains(&entry.repo_key) && entry.tenant == tenant;
         let mut hits: Vec<(AtomId, f32)> = match (&inner.hnsw, keys.len() > EXACT_LIMIT) {
             (Some(hnsw), true) => {
                 let matches = hnsw

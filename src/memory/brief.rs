@@ -108,7 +108,7 @@ impl Memory {
         }
         // Rows come newest first; stable sorts keep recency as the tie-break.
         let mut handoffs: Vec<&Row> = rows.iter().filter(|r| r.kind == Kind::Handoff).collect();
-        handoffs.sort_by(|a, b| b.visibility.cmp(&a.visibility));
+        handoffs.sort_by_key(|r| std::cmp::Reverse(r.visibility));
         handoffs.truncate(options.max_handoffs);
         let by_weight = |a: &&Row, b: &&Row| {
             b.visibility.cmp(&a.visibility).then(b.importance.partial_cmp(&a.importance).unwrap_or(std::cmp::Ordering::Equal))
@@ -117,21 +117,13 @@ impl Memory {
         constraints.sort_by(by_weight);
         let mut lessons: Vec<&Row> = rows.iter().filter(|r| r.kind == Kind::Lesson && !r.necessary).collect();
         lessons.sort_by(by_weight);
-        let mut facts: Vec<&Row> = rows
-            .iter()
-            .filter(|r| matches!(r.kind, Kind::Fact | Kind::Reflection) && !r.necessary)
-            .collect();
+        let mut facts: Vec<&Row> = rows.iter().filter(|r| matches!(r.kind, Kind::Fact | Kind::Reflection) && !r.necessary).collect();
         facts.sort_by(by_weight);
 
         let mut text = format!("# HMG memory brief ({})\n", scope.display());
         let mut truncated = false;
         let mut sections: Vec<Vec<AtomView>> = Vec::new();
-        for (title, picks) in [
-            ("Latest handoffs", handoffs),
-            ("Constraints", constraints),
-            ("Lessons", lessons),
-            ("Key facts", facts),
-        ] {
+        for (title, picks) in [("Latest handoffs", handoffs), ("Constraints", constraints), ("Lessons", lessons), ("Key facts", facts)] {
             let mut shown = Vec::new();
             if picks.is_empty() {
                 sections.push(shown);

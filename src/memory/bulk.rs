@@ -42,7 +42,12 @@ impl Memory {
         let targets = self.atoms_matching(caller, &filter)?;
         let mutations: Vec<Mutation<'_>> = targets
             .iter()
-            .map(|target| Mutation { reason: Some(reason.clone()), target: Some(target), new_status: Some(Status::Negated), ..Mutation::new("correct.negate") })
+            .map(|target| Mutation {
+                reason: Some(reason.clone()),
+                target: Some(target),
+                new_status: Some(Status::Negated),
+                ..Mutation::new("correct.negate")
+            })
             .collect();
         self.apply_all(caller, mutations, super::FailAfter::default())?;
         Ok(targets.len())
@@ -80,7 +85,8 @@ impl Memory {
     pub fn chain_events(&self, caller: &Caller, atom_id: &str) -> Result<Vec<ChainEvent>> {
         use super::MergeEvent;
         let history = self.history(caller, atom_id)?;
-        let content = |id: &Option<String>| id.as_ref().and_then(|id| history.chain.iter().find(|a| &a.atom_id == id)).map(|a| a.content.clone());
+        let content =
+            |id: &Option<String>| id.as_ref().and_then(|id| history.chain.iter().find(|a| &a.atom_id == id)).map(|a| a.content.clone());
         let mut events = Vec::new();
         for entry in &history.audit {
             let event = match entry.action.as_str() {

@@ -169,7 +169,12 @@ impl Memory {
                 // other status gives way to the new head.
                 let new_status = (target.status != Status::Negated).then_some(Status::Superseded);
                 self.apply(caller, Mutation { new_status, created: Some((&atom, entities.as_slice())), ..base })?;
-                return Ok(CorrectOutcome { effect: Effect::Applied, target_atom: target_text, new_atom_id: Some(new_id.to_string()), reason: None });
+                return Ok(CorrectOutcome {
+                    effect: Effect::Applied,
+                    target_atom: target_text,
+                    new_atom_id: Some(new_id.to_string()),
+                    reason: None,
+                });
             }
         }
         Ok(CorrectOutcome { effect: Effect::Applied, target_atom: target_text, new_atom_id: None, reason: None })

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::write::{Duplicate, admit};
-use super::{Caller, Effect, Memory, MemoryError, MemorizeRequest, Mutation, Result, clean_source};
+use super::{Caller, Effect, MemorizeRequest, Memory, MemoryError, Mutation, Result, clean_source};
 use crate::atom::{Atom, Epistemic, Kind, Polarity, Status, parse_atom_id};
 use crate::scope::{Scope, Visibility};
 use crate::store::{self, NamedQuery, StoreError};
@@ -269,13 +269,8 @@ impl Memory {
             (None, Status::Tombstoned) => None,
             (None, _) => return Err(MemoryError::invalid("content", "only tombstoned atoms may come without content")),
         };
-        let scope = Scope {
-            tenant_id: tenant.clone(),
-            workspace: record.workspace,
-            repository: record.repository,
-            branch: record.branch,
-        }
-        .normalized()?;
+        let scope = Scope { tenant_id: tenant.clone(), workspace: record.workspace, repository: record.repository, branch: record.branch }
+            .normalized()?;
         if let Some(content) = &content
             && status == Status::Active
             && let Some(Duplicate::Existing(existing)) = self.find_duplicate(&scope, content)?

@@ -122,7 +122,9 @@ impl Memory {
                 Status::Negated | Status::Superseded => Some("is not in effect (negated or superseded), so it is already out of recall"),
                 _ => None,
             },
-            GovernAction::Restore => (status != Status::Quarantined).then_some("is not quarantined; only quarantined atoms can be restored"),
+            GovernAction::Restore => {
+                (status != Status::Quarantined).then_some("is not quarantined; only quarantined atoms can be restored")
+            }
             GovernAction::Seal => (status == Status::Sealed).then_some("is already sealed"),
             GovernAction::Tombstone | GovernAction::DeriveLesson => None,
         };

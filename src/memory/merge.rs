@@ -51,7 +51,8 @@ pub struct MergeResult {
 
 /// Words that only mark a statement as negative or ended; left out when
 /// comparing what two statements are about.
-const NEGATION_TERMS: &[&str] = &["no", "not", "longer", "never", "doe", "does", "do", "don't", "不", "不再", "没", "没有", "ない", "ません"];
+const NEGATION_TERMS: &[&str] =
+    &["no", "not", "longer", "never", "doe", "does", "do", "don't", "不", "不再", "没", "没有", "ない", "ません"];
 
 fn subject_terms(text: &str) -> HashSet<String> {
     terms(text, Mode::Query).into_iter().filter(|t| !NEGATION_TERMS.contains(&t.as_str())).collect()
@@ -84,19 +85,37 @@ impl Memory {
         let fact_terms = subject_terms(fact);
         let negative = crate::text::infer_polarity(fact) == Polarity::Negative;
         let fact_predicate = predicate(fact);
-        let similar = self.recall(caller, RecallRequest { max_results: 5, strict_scope: true, record: false, ..RecallRequest::new(fact) })?;
+        let similar =
+            self.recall(caller, RecallRequest { max_results: 5, strict_scope: true, record: false, ..RecallRequest::new(fact) })?;
         for hit in &similar.atoms {
             let hit_terms = subject_terms(&hit.content);
             let overlap = jaccard(&fact_terms, &hit_terms);
             if crate::text::normalize(&hit.content) == crate::text::normalize(fact) || overlap >= 0.9 && !negative {
-                return Ok(MergeResult { id: Some(hit.atom_id.clone()), memory: hit.content.clone(), event: MergeEvent::None, previous_memory: None, reason: None });
+                return Ok(MergeResult {
+                    id: Some(hit.atom_id.clone()),
+                    memory: hit.content.clone(),
+                    event: MergeEvent::None,
+                    previous_memory: None,
+                    reason: None,
+                });
             }
             let hit_negative = crate::text::infer_polarity(&hit.content) == Polarity::Negative;
             if negative && !hit_negative && overlap >= 0.5 {
-                let request = CorrectRequest { target_atom: hit.atom_id.clone(), action: CorrectAction::Negate, reason: format!("contradicted by: {fact}"), new_content: None };
+                let request = CorrectRequest {
+                    target_atom: hit.atom_id.clone(),
+                    action: CorrectAction::Negate,
+                    reason: format!("contradicted by: {fact}"),
+                    new_content: None,
+                };
                 let outcome = self.correct(caller, request)?;
                 if outcome.effect == Effect::Applied {
-                    return Ok(MergeResult { id: Some(hit.atom_id.clone()), memory: hit.content.clone(), event: MergeEvent::Delete, previous_memory: None, reason: None });
+                    return Ok(MergeResult {
+                        id: Some(hit.atom_id.clone()),
+                        memory: hit.content.clone(),
+                        event: MergeEvent::Delete,
+                        previous_memory: None,
+                        reason: None,
+                    });
                 }
             }
             let same_predicate = fact_predicate.is_some() && predicate(&hit.content) == fact_predicate;
@@ -111,15 +130,31 @@ impl Memory {
                 };
                 let outcome = self.correct(caller, request)?;
                 if let (Effect::Applied, Some(new_id)) = (outcome.effect, outcome.new_atom_id) {
-                    return Ok(MergeResult { id: Some(new_id), memory: fact.to_owned(), event: MergeEvent::Update, previous_memory: Some(hit.content.clone()), reason: None });
+                    return Ok(MergeResult {
+                        id: Some(new_id),
+                        memory: fact.to_owned(),
+                        event: MergeEvent::Update,
+                        previous_memory: Some(hit.content.clone()),
+                        reason: None,
+                    });
                 }
             }
         }
         let outcome = self.memorize(caller, MemorizeRequest::new(fact).with_source(source))?;
         Ok(match outcome.effect {
-            Effect::Applied => MergeResult { id: outcome.atom_id, memory: fact.to_owned(), event: MergeEvent::Add, previous_memory: None, reason: None },
-            Effect::NoOp => MergeResult { id: outcome.deduped_with, memory: fact.to_owned(), event: MergeEvent::None, previous_memory: None, reason: None },
-            Effect::Rejected => MergeResult { id: None, memory: fact.to_owned(), event: MergeEvent::None, previous_memory: None, reason: outcome.reason },
+            Effect::Applied => {
+                MergeResult { id: outcome.atom_id, memory: fact.to_owned(), event: MergeEvent::Add, previous_memory: None, reason: None }
+            }
+            Effect::NoOp => MergeResult {
+                id: outcome.deduped_with,
+                memory: fact.to_owned(),
+                event: MergeEvent::None,
+                previous_memory: None,
+                reason: None,
+            },
+            Effect::Rejected => {
+                MergeResult { id: None, memory: fact.to_owned(), event: MergeEvent::None, previous_memory: None, reason: outcome.reason }
+            }
         })
     }
 }

@@ -35,9 +35,9 @@ mod merge;
 mod read;
 mod recall;
 pub mod reflect;
-mod write;
 #[cfg(test)]
 mod tests;
+mod write;
 
 pub(crate) use crate::store::codec::{insert_atom, kind_of_class, literal_value, load_atom, load_atom_cached, set_atom_literal};
 
@@ -61,10 +61,11 @@ pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
 pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
 pub use govern::{GovernAction, GovernOutcome, GovernRequest};
 pub use merge::{MergeEvent, MergeResult};
-pub use reflect::{
-    ReflectAction, ReflectCounts, ReflectFilters, ReflectLifecycle, ReflectPromotion, ReflectReport, ReflectRequest, ReflectSummary, parse_iso8601,
-};
 pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, ScopeView, Stats};
+pub use reflect::{
+    ReflectAction, ReflectCounts, ReflectFilters, ReflectLifecycle, ReflectPromotion, ReflectReport, ReflectRequest, ReflectSummary,
+    parse_iso8601,
+};
 pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
 
 /// Longest memory (memorize, replace, lesson), in characters.
@@ -403,9 +404,19 @@ impl Memory {
                 if tx.object(iri.as_ref(), hmg::STATUS, graph)?.is_none() {
                     continue;
                 }
-                let count = tx.object(iri.as_ref(), hmg::RECALL_COUNT, graph)?.as_ref().and_then(literal_value).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+                let count = tx
+                    .object(iri.as_ref(), hmg::RECALL_COUNT, graph)?
+                    .as_ref()
+                    .and_then(literal_value)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(0);
                 tx.set(iri.as_ref(), hmg::LAST_RECALLED_AT, &Term::Literal(crate::store::audit::datetime_literal(*at)), graph)?;
-                tx.set(iri.as_ref(), hmg::RECALL_COUNT, &Term::Literal(Literal::from(count + i64::try_from(*recalls).unwrap_or(i64::MAX))), graph)?;
+                tx.set(
+                    iri.as_ref(),
+                    hmg::RECALL_COUNT,
+                    &Term::Literal(Literal::from(count + i64::try_from(*recalls).unwrap_or(i64::MAX))),
+                    graph,
+                )?;
             }
             Ok::<_, MemoryError>(())
         })
@@ -512,7 +523,11 @@ impl Memory {
             let version = tx.version()?;
             for (index, (mutation, audit_id)) in mutations.iter().zip(&audit_ids).enumerate() {
                 if fail_after.0 == Some(index) {
-                    return Err(MemoryError::Store(StoreError::Corrupt(format!("injected failure before write {} of {}", index + 1, mutations.len()))));
+                    return Err(MemoryError::Store(StoreError::Corrupt(format!(
+                        "injected failure before write {} of {}",
+                        index + 1,
+                        mutations.len()
+                    ))));
                 }
                 if let Some(target) = mutation.target {
                     let iri = store::atom_iri(target.id);

@@ -264,7 +264,9 @@ impl Memory {
         if first == 0 || first > MAX_PAGE {
             return Err(MemoryError::invalid("first", format!("must be between 1 and {MAX_PAGE}")));
         }
-        let after = after.map(|a| parse_atom_id(a).map_err(|e| MemoryError::invalid("after", format!("not a cursor from a previous page: {e}")))).transpose()?;
+        let after = after
+            .map(|a| parse_atom_id(a).map_err(|e| MemoryError::invalid("after", format!("not a cursor from a previous page: {e}"))))
+            .transpose()?;
         let mut atoms = Vec::new();
         let mut total = 0;
         let mut more = false;
@@ -293,8 +295,12 @@ impl Memory {
 
     /// Visits every atom of `tenant` that `filter` keeps, newest first.
     fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom)) -> Result<()> {
-        let mut ids: Vec<AtomId> =
-            self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
+        let mut ids: Vec<AtomId> = self
+            .store
+            .select(NamedQuery::AllAtoms, tenant, &[])?
+            .iter()
+            .filter_map(|row| row.get("atom").and_then(store::atom_id_of))
+            .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
         let mut scopes = std::collections::HashMap::new();
         for id in ids {
@@ -315,12 +321,7 @@ impl Memory {
         Ok(Stats {
             atoms: count(row, "atoms")?,
             edges: count(row, "edges")?,
-            indexes: IndexCounts {
-                semantic,
-                keyword,
-                temporal: count(row, "temporal")?,
-                categorical: count(row, "categorical")?,
-            },
+            indexes: IndexCounts { semantic, keyword, temporal: count(row, "temporal")?, categorical: count(row, "categorical")? },
             // The tenant's own write count (its audit chain's length), not
             // the store's: that would show other tenants' activity.
             snapshot_version: count(row, "version")?,
@@ -340,8 +341,7 @@ impl Memory {
                 _ => break,
             }
         }
-        loop {
-            let Some(last) = chain.last() else { break };
+        while let Some(last) = chain.last() {
             let next = self
                 .store
                 .select(NamedQuery::RevisionsOf, tenant, &[("atom", store::atom_iri(last.id).into())])?

@@ -78,7 +78,8 @@ pub enum ReflectAction {
 
 impl ReflectAction {
     /// Every action, in the order a run performs them.
-    pub const ALL: [ReflectAction; 5] = [ReflectAction::Summarize, ReflectAction::Promote, ReflectAction::Expire, ReflectAction::Decay, ReflectAction::Archive];
+    pub const ALL: [ReflectAction; 5] =
+        [ReflectAction::Summarize, ReflectAction::Promote, ReflectAction::Expire, ReflectAction::Decay, ReflectAction::Archive];
 
     /// The published name.
     pub fn as_str(self) -> &'static str {
@@ -255,7 +256,10 @@ impl ReflectReport {
         let actions: Vec<&str> = self.actions.iter().map(|a| a.as_str()).collect();
         text.push_str(&format!("- Actions: {}\n", actions.join(", ")));
         text.push_str(&format!("- Window: {} → {}\n", self.filters.since, self.filters.until));
-        text.push_str(&format!("- Summarized: {}\n- Promoted: {}\n- Expired: {}\n- Decayed: {}\n- Archived: {}\n", c.summarized, c.promoted, c.expired, c.decayed, c.archived));
+        text.push_str(&format!(
+            "- Summarized: {}\n- Promoted: {}\n- Expired: {}\n- Decayed: {}\n- Archived: {}\n",
+            c.summarized, c.promoted, c.expired, c.decayed, c.archived
+        ));
         if self.truncated {
             text.push_str(&format!("- Candidate budget of {} reached: run again for the rest\n", self.filters.limit));
         }
@@ -368,7 +372,10 @@ fn check(caller: &Caller, request: &ReflectRequest) -> Result<Plan> {
         Some(csv) => {
             for name in csv.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 let action = ReflectAction::parse(name).ok_or_else(|| {
-                    MemoryError::invalid("actions_csv", format!("unsupported action '{name}'; the actions are summarize, promote, expire, decay, archive"))
+                    MemoryError::invalid(
+                        "actions_csv",
+                        format!("unsupported action '{name}'; the actions are summarize, promote, expire, decay, archive"),
+                    )
                 })?;
                 if !actions.contains(&action) {
                     actions.push(action);
@@ -403,7 +410,9 @@ fn check(caller: &Caller, request: &ReflectRequest) -> Result<Plan> {
     let tenant = &caller.scope.tenant_id;
     let owner = request.owner_filter.as_deref().map(str::trim).filter(|s| !s.is_empty()).unwrap_or("%");
     if owner != "%" && owner != tenant {
-        return Err(MemoryError::Forbidden(format!("owner_filter '{owner}' is not you ({tenant}): reflect works on your own memories only")));
+        return Err(MemoryError::Forbidden(format!(
+            "owner_filter '{owner}' is not you ({tenant}): reflect works on your own memories only"
+        )));
     }
     let team = request.team_id.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     if let (Some(team), Some(mine)) = (&team, &caller.scope.workspace)
@@ -423,7 +432,12 @@ fn check(caller: &Caller, request: &ReflectRequest) -> Result<Plan> {
                 None if path.is_empty() => (None, None),
                 None => (None, Some(path.to_owned())),
             };
-            let wanted = crate::scope::Scope { tenant_id: tenant.clone(), workspace: workspace.clone(), repository: repository.clone(), branch: branch.clone() };
+            let wanted = crate::scope::Scope {
+                tenant_id: tenant.clone(),
+                workspace: workspace.clone(),
+                repository: repository.clone(),
+                branch: branch.clone(),
+            };
             if !in_boundary(caller, &wanted) {
                 return Err(MemoryError::Forbidden(format!("scope '{text}' is outside your boundary ({})", caller.scope.display())));
             }
@@ -536,7 +550,12 @@ impl Memory {
         // Decay and archive read recall usage: write what is pending first.
         self.flush_usage()?;
         let tenant = &caller.scope.tenant_id;
-        let ids: Vec<AtomId> = self.store.select(NamedQuery::AllAtoms, tenant, &[])?.iter().filter_map(|row| row.get("atom").and_then(store::atom_id_of)).collect();
+        let ids: Vec<AtomId> = self
+            .store
+            .select(NamedQuery::AllAtoms, tenant, &[])?
+            .iter()
+            .filter_map(|row| row.get("atom").and_then(store::atom_id_of))
+            .collect();
         let mut scopes = HashMap::new();
         let mut atoms: Vec<Atom> = Vec::new();
         // Sources already summarized or promoted (by any earlier run).
@@ -562,7 +581,8 @@ impl Memory {
         let mut truncated = false;
         let mut writes: Vec<Write> = Vec::new();
         let reflect_caller = |scope: &crate::scope::Scope| Caller { scope: scope.clone(), actor: caller.actor.clone() };
-        let in_window = |a: &&Atom| a.kind == Kind::Episode && a.content.is_some() && a.created_at >= plan.since && a.created_at <= plan.until;
+        let in_window =
+            |a: &&Atom| a.kind == Kind::Episode && a.content.is_some() && a.created_at >= plan.since && a.created_at <= plan.until;
         for action in &plan.actions {
             match action {
                 ReflectAction::Summarize => {
@@ -582,7 +602,8 @@ impl Memory {
                         episodes.sort_by_key(|a| (a.created_at, a.id));
                         let content = summarize(&episodes, &group);
                         let first = episodes[0];
-                        let (mut atom, entities) = new_atom(self.next_id(), content, Kind::Reflection, "reflect".to_owned(), &reflect_caller(&first.scope));
+                        let (mut atom, entities) =
+                            new_atom(self.next_id(), content, Kind::Reflection, "reflect".to_owned(), &reflect_caller(&first.scope));
                         atom.derived_from = episodes.iter().map(|a| a.id).collect();
                         atom.session_id = first.session_id.clone();
                         atom.importance = initial_importance(Kind::Reflection, atom.epistemic, "reflect");
@@ -599,7 +620,11 @@ impl Memory {
                             continue;
                         }
                         let cluster: Vec<usize> = (i..episodes.len())
-                            .filter(|j| !used[*j] && episodes[*j].scope.same_repository(&episodes[i].scope) && (*j == i || jaccard(&sets[i], &sets[*j]) >= PROMOTE_OVERLAP))
+                            .filter(|j| {
+                                !used[*j]
+                                    && episodes[*j].scope.same_repository(&episodes[i].scope)
+                                    && (*j == i || jaccard(&sets[i], &sets[*j]) >= PROMOTE_OVERLAP)
+                            })
                             .collect();
                         let sessions: Vec<String> = {
                             let mut s: Vec<String> = cluster.iter().map(|j| group_of(episodes[*j])).collect();
@@ -701,7 +726,13 @@ impl Memory {
                         (None, Some((i, _))) => (format!("importance {:.3}", target.importance), format!("importance {i:.3}")),
                         (None, None) => (String::new(), String::new()),
                     };
-                    report.lifecycle.push(ReflectLifecycle { atom_id: target.id.to_string(), action: *action, before, after, reason: reason.clone() });
+                    report.lifecycle.push(ReflectLifecycle {
+                        atom_id: target.id.to_string(),
+                        action: *action,
+                        before,
+                        after,
+                        reason: reason.clone(),
+                    });
                 }
             }
         }
@@ -712,12 +743,16 @@ impl Memory {
         let mutations: Vec<Mutation<'_>> = writes
             .iter()
             .map(|write| match write {
-                Write::Summary { atom, entities, reason } => {
-                    Mutation { reason: Some(reason.clone()), created: Some((atom, entities.as_slice())), ..Mutation::new("reflect.summarize") }
-                }
-                Write::Promotion { atom, entities, reason, .. } => {
-                    Mutation { reason: Some(reason.clone()), created: Some((atom, entities.as_slice())), ..Mutation::new("reflect.promote") }
-                }
+                Write::Summary { atom, entities, reason } => Mutation {
+                    reason: Some(reason.clone()),
+                    created: Some((atom, entities.as_slice())),
+                    ..Mutation::new("reflect.summarize")
+                },
+                Write::Promotion { atom, entities, reason, .. } => Mutation {
+                    reason: Some(reason.clone()),
+                    created: Some((atom, entities.as_slice())),
+                    ..Mutation::new("reflect.promote")
+                },
                 Write::Lifecycle { target, action, status, importance, reason } => Mutation {
                     reason: Some(reason.clone()),
                     target: Some(target),
@@ -739,7 +774,8 @@ impl Memory {
 /// importance decay just planned).
 fn lifecycle(action: ReflectAction, atom: &Atom, now: DateTime<Utc>, earlier: &[Write]) -> Option<Write> {
     let protected = atom.kind == Kind::Lesson || atom.epistemic == Epistemic::Necessary;
-    let last_use = [Some(atom.created_at), atom.last_recalled_at, atom.last_decayed_at].into_iter().flatten().max().unwrap_or(atom.created_at);
+    let last_use =
+        [Some(atom.created_at), atom.last_recalled_at, atom.last_decayed_at].into_iter().flatten().max().unwrap_or(atom.created_at);
     let idle_days = (now - last_use).num_days();
     let target = atom.clone();
     match action {
@@ -807,7 +843,13 @@ mod tests {
 
     #[test]
     fn aliases_are_normalized() {
-        for (alias, action) in [("summary", "summarize"), ("promotion", "promote"), ("expiry", "expire"), ("importance_decay", "decay"), ("Archive", "archive")] {
+        for (alias, action) in [
+            ("summary", "summarize"),
+            ("promotion", "promote"),
+            ("expiry", "expire"),
+            ("importance_decay", "decay"),
+            ("Archive", "archive"),
+        ] {
             assert_eq!(ReflectAction::parse(alias).map(ReflectAction::as_str), Some(action));
         }
         assert_eq!(ReflectAction::parse("dream"), None);

@@ -210,11 +210,8 @@ pub(crate) enum Duplicate {
 impl Memory {
     pub(crate) fn find_duplicate(&self, scope: &crate::scope::Scope, content: &str) -> Result<Option<Duplicate>> {
         let hash = text::content_hash(content);
-        let rows = self.store.select(
-            NamedQuery::FindByContentHash,
-            &scope.tenant_id,
-            &[("hash", oxigraph::model::Literal::from(hash).into())],
-        )?;
+        let rows =
+            self.store.select(NamedQuery::FindByContentHash, &scope.tenant_id, &[("hash", oxigraph::model::Literal::from(hash).into())])?;
         let mut negated = None;
         for row in &rows {
             let literal = |name: &str| match row.get(name) {
@@ -287,7 +284,13 @@ impl Memory {
         atom.expires_at = request.expires_at;
         self.apply(caller, Mutation { created: Some((&atom, entities.as_slice())), ..Mutation::new("memorize") })?;
         tracing::info!(atom = %id, "memorized");
-        Ok(MemorizeOutcome { atom_id: Some(id.to_string()), effect: Effect::Applied, reason: None, deduped_with: None, redactions: admitted.redactions })
+        Ok(MemorizeOutcome {
+            atom_id: Some(id.to_string()),
+            effect: Effect::Applied,
+            reason: None,
+            deduped_with: None,
+            redactions: admitted.redactions,
+        })
     }
 
     /// `memory_handoff`: stores a session hand-off summary.

@@ -32,14 +32,12 @@ pub(super) fn hydrate(
     // A hard cap keeps hydration bounded when many scores are close; the
     // boosts' effect that far down the list is negligible.
     let hydrate_cap = (request.max_results * 3).max(30);
-    let mut hydrated = 0;
-    for (id, mut candidate) in ranked {
+    for (hydrated, (id, mut candidate)) in ranked.into_iter().enumerate() {
         if kth_best.len() >= request.max_results
             && (candidate.score * max_boost < kth_best[request.max_results - 1] || hydrated >= hydrate_cap)
         {
             break;
         }
-        hydrated += 1;
         let Some(atom) = crate::store::codec::load_atom_cached(store, query.tenant, id, false, &mut scopes)? else { continue };
         let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
         let visibility = scope.sees(&atom.scope);

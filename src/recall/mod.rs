@@ -262,7 +262,10 @@ mod tests {
     fn long_queries_split_into_their_latest_parts() {
         let config = RecallConfig::default();
         let count = |q: &str| terms(q, Mode::Query).len();
-        assert!(query_parts("pottery class with Melanie", count("pottery class with Melanie"), &config).is_empty(), "a short query is one part");
+        assert!(
+            query_parts("pottery class with Melanie", count("pottery class with Melanie"), &config).is_empty(),
+            "a short query is one part"
+        );
         let dialogue = (1..=6)
             .map(|i| format!("Bart: \"turn number {i} talks about magic tricks, parties and performance outfits\""))
             .collect::<Vec<_>>()

@@ -105,7 +105,13 @@ pub(crate) fn entry_hash(entry: &AuditEntry) -> String {
 }
 
 /// Appends an entry for `record` to `tenant`'s chain inside `tx`.
-pub(crate) fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id: Ulid, time: DateTime<Utc>) -> Result<AuditEntry, StoreError> {
+pub(crate) fn append(
+    tx: &mut WriteTx<'_>,
+    tenant: &str,
+    record: AuditRecord,
+    id: Ulid,
+    time: DateTime<Utc>,
+) -> Result<AuditEntry, StoreError> {
     let graph_node = store::tenant_graph(tenant);
     let graph: GraphNameRef<'_> = graph_node.as_ref().into();
     let tenant_iri = store::tenant_graph(tenant);
@@ -177,10 +183,7 @@ pub(crate) fn append(tx: &mut WriteTx<'_>, tenant: &str, record: AuditRecord, id
 
 /// An `xsd:dateTime` literal, millisecond precision, UTC.
 pub(crate) fn datetime_literal(time: DateTime<Utc>) -> Literal {
-    Literal::new_typed_literal(
-        time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        oxigraph::model::vocab::xsd::DATE_TIME,
-    )
+    Literal::new_typed_literal(time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true), oxigraph::model::vocab::xsd::DATE_TIME)
 }
 
 /// Parses a date-time literal as stored.
@@ -235,11 +238,7 @@ pub(crate) fn chain(store: &Store, tenant: &str) -> Result<Vec<AuditEntry>, Stor
 
 /// Entries that targeted or generated `atom`, oldest first.
 pub(crate) fn entries_for_atom(store: &Store, tenant: &str, atom: AtomId) -> Result<Vec<AuditEntry>, StoreError> {
-    store
-        .select(NamedQuery::AuditOfAtom, tenant, &[("atom", store::atom_iri(atom).into())])?
-        .iter()
-        .map(entry_of)
-        .collect()
+    store.select(NamedQuery::AuditOfAtom, tenant, &[("atom", store::atom_iri(atom).into())])?.iter().map(entry_of).collect()
 }
 
 /// The first problem found in a tenant's chain.

@@ -87,11 +87,9 @@ fn write_atom_quads(tx: &mut WriteTx<'_>, atom: &Atom, entities: &[text::Entity]
     tx.insert(QuadRef::new(&iri, hmg::IN_SCOPE, &scope_iri, graph));
     tx.insert(QuadRef::new(&scope_iri, RDF_TYPE, hmg::SCOPE, graph));
     tx.insert(QuadRef::new(&scope_iri, hmg::TENANT_ID, &Literal::from(tenant.as_str()), graph));
-    for (predicate, value) in [
-        (hmg::WORKSPACE, &atom.scope.workspace),
-        (hmg::REPOSITORY, &atom.scope.repository),
-        (hmg::BRANCH, &atom.scope.branch),
-    ] {
+    for (predicate, value) in
+        [(hmg::WORKSPACE, &atom.scope.workspace), (hmg::REPOSITORY, &atom.scope.repository), (hmg::BRANCH, &atom.scope.branch)]
+    {
         if let Some(value) = value {
             tx.insert(QuadRef::new(&scope_iri, predicate, &Literal::from(value.as_str()), graph));
         }
@@ -280,4 +278,3 @@ pub(crate) fn load_atom_cached(
         last_decayed_at,
     }))
 }
-

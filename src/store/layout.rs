@@ -58,11 +58,7 @@ pub(super) fn remove_snapshots(root: &Path) {
 }
 
 fn generation(dir: &Path) -> u64 {
-    dir.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix(PREFIX))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix(PREFIX)).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// A fresh, empty directory for the generation after the current one.

@@ -24,14 +24,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use oxigraph::model::{
-    GraphName, GraphNameRef, Literal, NamedNode, NamedNodeRef, NamedOrBlankNode, Quad, QuadRef, Term,
-};
+use oxigraph::model::{GraphName, GraphNameRef, Literal, NamedNode, NamedNodeRef, NamedOrBlankNode, Quad, QuadRef, Term};
 use oxigraph::sparql::{QueryResults, QuerySolution, SparqlEvaluator, Variable};
 use oxigraph::store::{StorageError, Transaction};
 
 use crate::atom::AtomId;
-use crate::vocab::{SYSTEM_GRAPH, STORE_NODE, hmg};
+use crate::vocab::{STORE_NODE, SYSTEM_GRAPH, hmg};
 
 pub(crate) use queries::NamedQuery;
 
@@ -172,7 +170,12 @@ impl Store {
                 StoreError::Storage(source)
             }
         })?;
-        let store = Store { inner: RwLock::new(inner), root: Some(root.to_path_buf()), writer: Mutex::new(WriterState::default()), snapshot: Mutex::new(None) };
+        let store = Store {
+            inner: RwLock::new(inner),
+            root: Some(root.to_path_buf()),
+            writer: Mutex::new(WriterState::default()),
+            snapshot: Mutex::new(None),
+        };
         store.init_metadata()?;
         if layout::vacuum_pending(root) {
             tracing::info!("finishing a vacuum interrupted before the last shutdown");
@@ -250,9 +253,7 @@ impl Store {
         }
         let store = self.handle();
         match prepared.on_store(&store).execute().map_err(|e| query_error(e.to_string()))? {
-            QueryResults::Solutions(solutions) => {
-                solutions.collect::<Result<Vec<_>, _>>().map_err(|e| query_error(e.to_string()))
-            }
+            QueryResults::Solutions(solutions) => solutions.collect::<Result<Vec<_>, _>>().map_err(|e| query_error(e.to_string())),
             _ => Err(query_error("not a SELECT query".to_owned())),
         }
     }
@@ -315,18 +316,14 @@ impl Store {
     pub fn describe(&self, tenant: &str, subject: NamedNodeRef<'_>) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);
         let store = self.handle();
-        Ok(store
-            .quads_for_pattern(Some(subject.into()), None, None, Some(graph.as_ref().into()))
-            .collect::<Result<Vec<_>, _>>()?)
+        Ok(store.quads_for_pattern(Some(subject.into()), None, None, Some(graph.as_ref().into())).collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Every quad of `tenant`'s graph (export).
     pub fn tenant_quads(&self, tenant: &str) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);
         let store = self.handle();
-        Ok(store
-            .quads_for_pattern(None, None, None, Some(graph.as_ref().into()))
-            .collect::<Result<Vec<_>, _>>()?)
+        Ok(store.quads_for_pattern(None, None, None, Some(graph.as_ref().into())).collect::<Result<Vec<_>, _>>()?)
     }
 
     /// The tenants that have a graph in this store.
@@ -545,10 +542,7 @@ impl WriteTx<'_> {
 /// Reads an integer literal.
 pub(crate) fn integer_of(term: &Term) -> Result<i64> {
     match term {
-        Term::Literal(literal) => literal
-            .value()
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("expected an integer, found {literal}"))),
+        Term::Literal(literal) => literal.value().parse().map_err(|_| StoreError::Corrupt(format!("expected an integer, found {literal}"))),
         other => Err(StoreError::Corrupt(format!("expected an integer literal, found {other}"))),
     }
 }
@@ -617,11 +611,7 @@ pub(crate) fn audit_iri(id: ulid::Ulid) -> NamedNode {
 
 /// The IRI of an entity, derived from its normalized key within the tenant.
 pub(crate) fn entity_iri(tenant: &str, key: &str) -> NamedNode {
-    NamedNode::new_unchecked(format!(
-        "urn:hmg:entity:{}:{}",
-        encode_iri_component(tenant),
-        encode_iri_component(key)
-    ))
+    NamedNode::new_unchecked(format!("urn:hmg:entity:{}:{}", encode_iri_component(tenant), encode_iri_component(key)))
 }
 
 /// The IRI of an actor.

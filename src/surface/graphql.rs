@@ -24,9 +24,9 @@ use std::sync::Arc;
 use async_graphql::{Context, EmptySubscription, ErrorExtensions, InputObject, Object, Schema, SimpleObject};
 
 use crate::memory::{AtomFilter, AtomView, Caller, History, Memory, MemoryError, Stats};
-use crate::tools::relay::SharedMemory;
 use crate::scope::Scope;
 use crate::surface::token::Principal;
+use crate::tools::relay::SharedMemory;
 
 /// The schema type.
 pub(crate) type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
@@ -46,7 +46,11 @@ pub(crate) const SCAN_COST: usize = 1_000;
 
 /// Builds the schema over `shared`.
 pub(crate) fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription).data(shared).limit_complexity(MAX_COMPLEXITY).limit_recursive_depth(64).finish()
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+        .data(shared)
+        .limit_complexity(MAX_COMPLEXITY)
+        .limit_recursive_depth(64)
+        .finish()
 }
 
 /// Decodes a GraphQL-over-HTTP JSON body, refusing documents nested,
@@ -57,7 +61,8 @@ pub(crate) fn decode_request(body: &[u8]) -> Result<async_graphql::Request, Stri
     crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING).map_err(|e| e.to_string())?;
     let request: async_graphql::Request = serde_json::from_str(text)
         .map_err(|e| format!("the body is not a GraphQL request (a JSON object with a \"query\" string): {e}"))?;
-    crate::limits::check_nesting(&request.query, crate::limits::Syntax::Graphql, crate::limits::GRAPHQL_MAX_NESTING).map_err(|e| e.to_string())?;
+    crate::limits::check_nesting(&request.query, crate::limits::Syntax::Graphql, crate::limits::GRAPHQL_MAX_NESTING)
+        .map_err(|e| e.to_string())?;
     let document = async_graphql::parser::parse_query(&request.query).map_err(|e| format!("malformed GraphQL document: {e}"))?;
     check_depth(&document)?;
     Ok(request)
@@ -338,7 +343,9 @@ fn access(ctx: &Context<'_>, write: bool) -> Result<(Principal, Arc<Memory>), as
         return Err(coded("insufficient scope: queries need a token with memory:read", "FORBIDDEN"));
     }
     let shared = ctx.data::<Arc<SharedMemory>>()?;
-    let memory = shared.local().ok_or_else(|| coded("the store is open in another hmg process; GraphQL is served by the process that owns it", "UNAVAILABLE"))?;
+    let memory = shared
+        .local()
+        .ok_or_else(|| coded("the store is open in another hmg process; GraphQL is served by the process that owns it", "UNAVAILABLE"))?;
     Ok((principal, memory))
 }
 
@@ -352,7 +359,9 @@ fn caller(principal: &Principal, scope: Option<ScopeArg>) -> Caller {
 
 /// Runs blocking facade work on the shared bounded pool
 /// ([`crate::surface::blocking`]); a full pool is `BUSY`, a deadline `TIMEOUT`.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static) -> Result<T, async_graphql::Error> {
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static,
+) -> Result<T, async_graphql::Error> {
     match crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, work).await {
         Ok(result) => result,
         Err(refused @ crate::surface::blocking::Refused::Busy(_)) => Err(coded(refused.to_string(), "BUSY")),
@@ -369,7 +378,13 @@ pub(crate) struct QueryRoot;
 impl QueryRoot {
     /// Atoms of your tenant, newest first, filtered, `first` per page (at most 200).
     #[graphql(complexity = "5 + usize::try_from(first).unwrap_or(0).min(crate::memory::MAX_PAGE) * child_complexity")]
-    async fn atoms(&self, ctx: &Context<'_>, filter: Option<AtomFilterInput>, #[graphql(default = 20)] first: i32, after: Option<String>) -> async_graphql::Result<AtomConnection> {
+    async fn atoms(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<AtomFilterInput>,
+        #[graphql(default = 20)] first: i32,
+        after: Option<String>,
+    ) -> async_graphql::Result<AtomConnection> {
         let (principal, memory) = access(ctx, false)?;
         let f = filter.unwrap_or_default();
         let filter = AtomFilter {
@@ -386,10 +401,16 @@ impl QueryRoot {
             text: f.text,
             exact_scope: false,
         };
-        let first = usize::try_from(first).map_err(|_| memory_error(MemoryError::InvalidInput { field: "first", message: "must be positive".to_owned() }))?;
+        let first = usize::try_from(first)
+            .map_err(|_| memory_error(MemoryError::InvalidInput { field: "first", message: "must be positive".to_owned() }))?;
         blocking(move || {
             let page = memory.list_atoms(&caller(&principal, None), &filter, after.as_deref(), first).map_err(memory_error)?;
-            Ok(AtomConnection { has_next_page: page.next_cursor.is_some(), end_cursor: page.next_cursor, total_count: page.total, nodes: page.atoms })
+            Ok(AtomConnection {
+                has_next_page: page.next_cursor.is_some(),
+                end_cursor: page.next_cursor,
+                total_count: page.total,
+                nodes: page.atoms,
+            })
         })
         .await
     }
@@ -413,7 +434,8 @@ impl QueryRoot {
                     by_name.entry(entity).or_default().push(atom.atom_id.clone());
                 }
             }
-            let mut entities: Vec<EntityCount> = by_name.into_iter().map(|(name, atom_ids)| EntityCount { name, atom_count: atom_ids.len(), atom_ids }).collect();
+            let mut entities: Vec<EntityCount> =
+                by_name.into_iter().map(|(name, atom_ids)| EntityCount { name, atom_count: atom_ids.len(), atom_ids }).collect();
             entities.sort_by(|a, b| b.atom_count.cmp(&a.atom_count).then(a.name.cmp(&b.name)));
             entities.truncate(first);
             Ok(entities)
@@ -426,11 +448,15 @@ impl QueryRoot {
     async fn scopes(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<ScopeCount>> {
         let (principal, memory) = access(ctx, false)?;
         blocking(move || {
-            let mut counts: BTreeMap<(Option<String>, Option<String>, Option<String>), usize> = BTreeMap::new();
+            type Place = (Option<String>, Option<String>, Option<String>);
+            let mut counts: BTreeMap<Place, usize> = BTreeMap::new();
             for atom in all_atoms(&memory, &principal)? {
                 *counts.entry((atom.scope.workspace, atom.scope.repository, atom.scope.branch)).or_default() += 1;
             }
-            Ok(counts.into_iter().map(|((workspace, repository, branch), atom_count)| ScopeCount { workspace, repository, branch, atom_count }).collect())
+            Ok(counts
+                .into_iter()
+                .map(|((workspace, repository, branch), atom_count)| ScopeCount { workspace, repository, branch, atom_count })
+                .collect())
         })
         .await
     }
@@ -511,22 +537,45 @@ fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> async_gra
 impl MutationRoot {
     /// memory_memorize.
     #[graphql(complexity = "50 + child_complexity")]
-    async fn memorize(&self, ctx: &Context<'_>, content: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
+    async fn memorize(
+        &self,
+        ctx: &Context<'_>,
+        content: String,
+        source: Option<String>,
+        scope: Option<ScopeArg>,
+    ) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "content": content, "source": source }))?;
         write(ctx, scope, crate::tools::ToolCall::Memorize(args)).await
     }
 
     /// memory_correct: negate, confirm_actual, confirm_necessary, demote, replace.
     #[graphql(complexity = "50 + child_complexity")]
-    async fn correct(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, new_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
-        let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "new_content": new_content }))?;
+    async fn correct(
+        &self,
+        ctx: &Context<'_>,
+        target_atom: String,
+        action: String,
+        reason: String,
+        new_content: Option<String>,
+    ) -> async_graphql::Result<WriteOutcome> {
+        let args =
+            decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "new_content": new_content }))?;
         write(ctx, None, crate::tools::ToolCall::Correct(args)).await
     }
 
     /// memory_govern: quarantine, restore, seal, tombstone, derive_lesson.
     #[graphql(complexity = "50 + child_complexity")]
-    async fn govern(&self, ctx: &Context<'_>, target_atom: String, action: String, reason: String, lesson_content: Option<String>) -> async_graphql::Result<WriteOutcome> {
-        let args = decode(serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "lesson_content": lesson_content }))?;
+    async fn govern(
+        &self,
+        ctx: &Context<'_>,
+        target_atom: String,
+        action: String,
+        reason: String,
+        lesson_content: Option<String>,
+    ) -> async_graphql::Result<WriteOutcome> {
+        let args = decode(
+            serde_json::json!({ "target_atom": target_atom, "action": action, "reason": reason, "lesson_content": lesson_content }),
+        )?;
         write(ctx, None, crate::tools::ToolCall::Govern(args)).await
     }
 
@@ -542,7 +591,13 @@ impl MutationRoot {
 
     /// memory_handoff.
     #[graphql(complexity = "50 + child_complexity")]
-    async fn handoff(&self, ctx: &Context<'_>, summary: String, source: Option<String>, scope: Option<ScopeArg>) -> async_graphql::Result<WriteOutcome> {
+    async fn handoff(
+        &self,
+        ctx: &Context<'_>,
+        summary: String,
+        source: Option<String>,
+        scope: Option<ScopeArg>,
+    ) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "summary": summary, "source": source }))?;
         write(ctx, scope, crate::tools::ToolCall::Handoff(args)).await
     }
@@ -559,6 +614,9 @@ mod tests {
             std::fs::write(&path, &sdl).unwrap();
         }
         let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(checked_in == sdl, "schema/schema.graphql is out of date: run HMG_UPDATE_SDL=1 cargo test --release --features e5 --lib sdl");
+        assert!(
+            checked_in == sdl,
+            "schema/schema.graphql is out of date: run HMG_UPDATE_SDL=1 cargo test --release --features e5 --lib sdl"
+        );
     }
 }

@@ -151,7 +151,11 @@ fn common(input: &serde_json::Map<String, Value>, event: &str) -> Result<CommonI
 
 /// `hmg hook session-start`: the brief for the session's scope as
 /// `additionalContext`.
-pub(crate) fn session_start(input: &serde_json::Map<String, Value>, tenant: &str, shared: &crate::tools::relay::SharedMemory) -> Result<Value, HookError> {
+pub(crate) fn session_start(
+    input: &serde_json::Map<String, Value>,
+    tenant: &str,
+    shared: &crate::tools::relay::SharedMemory,
+) -> Result<Value, HookError> {
     let common = common(input, "SessionStart")?;
     let scope = crate::scope::infer_scope(tenant, &event_dir(common.cwd.as_deref()));
     let caller = crate::memory::Caller::new(scope, "hook:session-start");

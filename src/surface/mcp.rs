@@ -27,9 +27,11 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::Value;
 
 use crate::memory::Caller;
-use crate::tools::relay::SharedMemory;
 use crate::scope::Scope;
-use crate::tools::{Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ReflectArgs, ScopeInput, StatsArgs, ToolCall, ToolError};
+use crate::tools::relay::SharedMemory;
+use crate::tools::{
+    Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ReflectArgs, ScopeInput, StatsArgs, ToolCall, ToolError,
+};
 
 const MEMORIZE: &str = "Store one long-term memory: a fact, decision, preference or constraint worth keeping across sessions.\n\
 - content: one self-contained sentence that makes sense without this conversation (name the project, technology, file or person). Write it in the language the user is using.\n\
@@ -162,7 +164,11 @@ impl HmgServer {
         output_schema = crate::tools::output_schema_of::<crate::MemorizeOutcome>(),
         annotations(title = "Memorize", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn memory_memorize(&self, Parameters(args): Parameters<Checked<MemorizeArgs>>, context: RequestContext<RoleServer>) -> ToolResult {
+    async fn memory_memorize(
+        &self,
+        Parameters(args): Parameters<Checked<MemorizeArgs>>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
         self.run(args.0.map(ToolCall::Memorize), &context).await
     }
 
@@ -228,7 +234,11 @@ impl HmgServer {
         output_schema = crate::tools::output_schema_of::<crate::ReflectReport>(),
         annotations(title = "Reflect (maintenance)", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn reflect(&self, Parameters(args): Parameters<Checked<ReflectArgs>>, context: RequestContext<RoleServer>) -> Result<CallToolResult, String> {
+    async fn reflect(
+        &self,
+        Parameters(args): Parameters<Checked<ReflectArgs>>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
         let value = self.run_value(args.0.map(ToolCall::Reflect), &context).await?;
         // The text is the seed's report; the structured content is the whole report.
         let text = match serde_json::from_value::<crate::ReflectReport>(value.clone()) {
@@ -277,7 +287,11 @@ impl HmgServer {
         // The span travels with the blocking work; an entered guard must not
         // be held across the await (it would tag other tasks on this thread).
         // `blocking::run` carries the current span (this one) to the work.
-        let answer = tracing::Instrument::instrument(crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)), span.clone()).await;
+        let answer = tracing::Instrument::instrument(
+            crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)),
+            span.clone(),
+        )
+        .await;
         match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error @ ToolError::Internal(_))) => {
@@ -403,13 +417,18 @@ fn front_line(line: &str, initialized: bool) -> FrontLine {
         Err(e) => return error(Value::Null, -32700, format!("Parse error: the line is not JSON ({e})")),
     };
     let Some(object) = message.as_object() else {
-        let what = if message.is_array() { "batches are not supported; send one message per line" } else { "a message must be a JSON object" };
+        let what =
+            if message.is_array() { "batches are not supported; send one message per line" } else { "a message must be a JSON object" };
         return error(Value::Null, -32600, format!("Invalid Request: {what}"));
     };
     let id = object.get("id").cloned();
     let valid_id = id.as_ref().is_none_or(|id| id.is_string() || id.is_number());
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !valid_id {
-        return error(if valid_id { id.unwrap_or(Value::Null) } else { Value::Null }, -32600, "Invalid Request: expected a JSON-RPC 2.0 message (\"jsonrpc\": \"2.0\", a string or number id)".to_owned());
+        return error(
+            if valid_id { id.unwrap_or(Value::Null) } else { Value::Null },
+            -32600,
+            "Invalid Request: expected a JSON-RPC 2.0 message (\"jsonrpc\": \"2.0\", a string or number id)".to_owned(),
+        );
     }
     let method = object.get("method").and_then(Value::as_str);
     if initialized {
@@ -418,7 +437,11 @@ fn front_line(line: &str, initialized: bool) -> FrontLine {
     match (method, id) {
         (Some("initialize"), Some(id)) => {
             let params_ok = object.get("params").and_then(|p| p.get("protocolVersion")).is_some_and(Value::is_string);
-            if params_ok { FrontLine::Forward(true) } else { error(id, -32602, "Invalid params: initialize needs params.protocolVersion (a string)".to_owned()) }
+            if params_ok {
+                FrontLine::Forward(true)
+            } else {
+                error(id, -32602, "Invalid params: initialize needs params.protocolVersion (a string)".to_owned())
+            }
         }
         (Some(_), None) | (None, None) => FrontLine::Ignore,
         (_, Some(id)) => error(id, -32002, "Server not initialized: send initialize first".to_owned()),
@@ -469,7 +492,10 @@ pub(crate) fn http_service(
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
     cancel: tokio_util::sync::CancellationToken,
-) -> rmcp::transport::streamable_http_server::StreamableHttpService<HmgServer, rmcp::transport::streamable_http_server::session::local::LocalSessionManager> {
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    HmgServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)

@@ -4,6 +4,8 @@
 
 pub(crate) mod blocking;
 pub(crate) mod cli;
+#[cfg(test)]
+mod fuzz;
 pub(crate) mod graphql;
 pub(crate) mod hook;
 pub(crate) mod http;
@@ -11,5 +13,3 @@ pub(crate) mod mcp;
 pub(crate) mod rest;
 pub(crate) mod sparql;
 pub(crate) mod token;
-#[cfg(test)]
-mod fuzz;

@@ -38,13 +38,13 @@ use serde::{Deserialize, Serialize};
 use crate::atom::{AtomId, Status, parse_atom_id};
 use crate::extract::{Extractor, Message};
 use crate::memory::{
-    AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, MAX_PAGE, MemorizeRequest, Memory, MemoryError,
-    MergeEvent, MergeResult,
+    AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, MAX_PAGE, MemorizeRequest, Memory, MemoryError, MergeEvent,
+    MergeResult,
 };
 use crate::recall::RecallRequest;
-use crate::tools::relay::SharedMemory;
 use crate::scope::{Scope, ScopeError};
 use crate::surface::token::Principal;
+use crate::tools::relay::SharedMemory;
 
 /// Where the API is mounted.
 pub(crate) const BASE: &str = "/api/v1/hetamem/vg";
@@ -72,7 +72,12 @@ impl ScopeIds {
 
     /// The HMG scope these ids select in `tenant`.
     fn scope(&self, tenant: &str) -> Result<Scope, ApiError> {
-        let scope = Scope { tenant_id: tenant.to_owned(), workspace: self.user_id.clone(), repository: self.agent_id.clone(), branch: self.run_id.clone() };
+        let scope = Scope {
+            tenant_id: tenant.to_owned(),
+            workspace: self.user_id.clone(),
+            repository: self.agent_id.clone(),
+            branch: self.run_id.clone(),
+        };
         scope.normalized().map_err(|error| {
             let field = match &error {
                 ScopeError::TooLong { field } | ScopeError::ControlCharacters { field } => match *field {
@@ -83,7 +88,11 @@ impl ScopeIds {
                 },
                 ScopeError::EmptyTenant => "tenant",
             };
-            let message = error.to_string().replace("scope.workspace", "user_id").replace("scope.repository", "agent_id").replace("scope.branch", "run_id");
+            let message = error
+                .to_string()
+                .replace("scope.workspace", "user_id")
+                .replace("scope.repository", "agent_id")
+                .replace("scope.branch", "run_id");
             ApiError::bad(Some(field), message)
         })
     }
@@ -420,13 +429,21 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>(state: RestState) -> Rout
 /// The principal's memory, for reading (`write` false) or writing.
 fn access(state: &RestState, principal: &Principal, write: bool) -> Result<Arc<Memory>, ApiError> {
     if write && !principal.write {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, None, "insufficient scope: this route changes memory and needs a token with memory:write"));
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            None,
+            "insufficient scope: this route changes memory and needs a token with memory:write",
+        ));
     }
     if !write && !principal.read {
         return Err(ApiError::new(StatusCode::FORBIDDEN, None, "insufficient scope: this route needs a token with memory:read"));
     }
     state.shared.local().ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, None, "the store is open in another hmg process; the REST API is served by the process that owns it")
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            "the store is open in another hmg process; the REST API is served by the process that owns it",
+        )
     })
 }
 
@@ -449,8 +466,10 @@ fn json_body<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) 
         return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, None, "send the body as JSON with Content-Type: application/json"));
     }
     let text = std::str::from_utf8(body).map_err(|_| ApiError::bad(None, "the body is not UTF-8"))?;
-    crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING).map_err(|e| ApiError::bad(None, e.to_string()))?;
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ApiError::bad(None, format!("the body is not valid JSON: {e}")))?;
+    crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
+        .map_err(|e| ApiError::bad(None, e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| ApiError::bad(None, format!("the body is not valid JSON: {e}")))?;
     crate::tools::decode(value).map_err(|e| match e {
         crate::tools::ToolError::Invalid { field, message } => ApiError::bad(field.as_deref(), message),
         other => ApiError::bad(None, other.to_string()),
@@ -498,7 +517,12 @@ fn current(memory: &Memory, principal: &Principal, text: &str, id: AtomId, ids: 
 }
 
 #[tracing::instrument(name = "rest_add", skip_all)]
-async fn add(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, headers: HeaderMap, body: Bytes) -> ApiResult<AddResponse> {
+async fn add(
+    State(state): State<RestState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<AddResponse> {
     let mut request: AddRequest = json_body(&headers, &body)?;
     // Secrets leave the messages before anything reads them: the built-in
     // extractor, an external extraction endpoint, the merge.
@@ -521,7 +545,10 @@ async fn add(State(state): State<RestState>, axum::Extension(principal): axum::E
         if request.infer == Some(false) {
             let mut results = Vec::new();
             for message in request.messages.iter().filter(|m| m.role != "system") {
-                let outcome = memory.memorize(&caller, MemorizeRequest::new(message.content.clone()).with_source(if message.role == "user" { "user" } else { "agent" }))?;
+                let outcome = memory.memorize(
+                    &caller,
+                    MemorizeRequest::new(message.content.clone()).with_source(if message.role == "user" { "user" } else { "agent" }),
+                )?;
                 let (id, event) = match outcome.effect {
                     Effect::Applied => (outcome.atom_id, MergeEvent::Add),
                     _ => (outcome.deduped_with, MergeEvent::None),
@@ -530,7 +557,8 @@ async fn add(State(state): State<RestState>, axum::Extension(principal): axum::E
             }
             return Ok(axum::Json(AddResponse { results, warnings: Vec::new() }));
         }
-        let extraction = crate::extract::extract_with_fallback(extractor.as_deref(), &request.messages).map_err(|e| ApiError::bad(Some("messages"), e.to_string()))?;
+        let extraction = crate::extract::extract_with_fallback(extractor.as_deref(), &request.messages)
+            .map_err(|e| ApiError::bad(Some("messages"), e.to_string()))?;
         let results = memory.merge_facts(&caller, &extraction.facts, source)?;
         tracing::info!(facts = extraction.facts.len(), "added");
         Ok(axum::Json(AddResponse { results, warnings: extraction.warning.into_iter().collect() }))
@@ -539,7 +567,12 @@ async fn add(State(state): State<RestState>, axum::Extension(principal): axum::E
 }
 
 #[tracing::instrument(name = "rest_search", skip_all)]
-async fn search(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, headers: HeaderMap, body: Bytes) -> ApiResult<SearchResponse> {
+async fn search(
+    State(state): State<RestState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<SearchResponse> {
     let request: SearchRequest = json_body(&headers, &body)?;
     let ids = ScopeIds { user_id: request.user_id.clone(), agent_id: request.agent_id.clone(), run_id: request.run_id.clone() };
     require_ids(&ids)?;
@@ -554,7 +587,8 @@ async fn search(State(state): State<RestState>, axum::Extension(principal): axum
     let memory = access(&state, &principal, false)?;
     let caller = caller_for(&principal, ids.scope(&principal.tenant)?);
     blocking(move || {
-        let outcome = memory.recall(&caller, RecallRequest { max_results: limit as usize, strict_scope: true, ..RecallRequest::new(request.query) })?;
+        let outcome = memory
+            .recall(&caller, RecallRequest { max_results: limit as usize, strict_scope: true, ..RecallRequest::new(request.query) })?;
         let results = outcome
             .atoms
             .into_iter()
@@ -579,7 +613,11 @@ fn scope_filter(scope: &Scope) -> AtomFilter {
 }
 
 #[tracing::instrument(name = "rest_list", skip_all)]
-async fn list(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<RouteQuery>, QueryRejection>) -> ApiResult<ListResponse> {
+async fn list(
+    State(state): State<RestState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
+) -> ApiResult<ListResponse> {
     let q = query(q)?;
     let ids = q.ids();
     require_ids(&ids)?;
@@ -692,10 +730,19 @@ async fn delete_one(
         if atom.status != Status::Active {
             return Err(ApiError::not_found(&text));
         }
-        let request = CorrectRequest { target_atom: atom.id.to_string(), action: CorrectAction::Negate, reason: "deleted through the REST API".to_owned(), new_content: None };
+        let request = CorrectRequest {
+            target_atom: atom.id.to_string(),
+            action: CorrectAction::Negate,
+            reason: "deleted through the REST API".to_owned(),
+            new_content: None,
+        };
         let outcome = memory.correct(&caller, request)?;
         if outcome.effect != Effect::Applied {
-            return Err(ApiError::new(StatusCode::CONFLICT, None, outcome.reason.unwrap_or_else(|| "the memory could not be deleted".to_owned())));
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                None,
+                outcome.reason.unwrap_or_else(|| "the memory could not be deleted".to_owned()),
+            ));
         }
         Ok(axum::Json(ChangeResponse {
             message: "Memory deleted successfully!".to_owned(),
@@ -710,7 +757,11 @@ async fn delete_one(
 }
 
 #[tracing::instrument(name = "rest_delete_all", skip_all)]
-async fn delete_all(State(state): State<RestState>, axum::Extension(principal): axum::Extension<Principal>, q: Result<Query<RouteQuery>, QueryRejection>) -> ApiResult<ChangeResponse> {
+async fn delete_all(
+    State(state): State<RestState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    q: Result<Query<RouteQuery>, QueryRejection>,
+) -> ApiResult<ChangeResponse> {
     let q = query(q)?;
     if q.purge.is_some() {
         return Err(ApiError::bad(Some("purge"), "purge applies to one memory (DELETE /{memory_id}?purge=true)"));
@@ -722,7 +773,14 @@ async fn delete_all(State(state): State<RestState>, axum::Extension(principal): 
     blocking(move || {
         let caller = caller_for(&principal, scope);
         let deleted = memory.negate_all(&caller, &scope_filter(&caller.scope), "deleted through the REST API (DELETE all in scope)")?;
-        Ok(axum::Json(ChangeResponse { message: format!("{deleted} memories deleted"), id: None, event: Some(MergeEvent::Delete), memory: None, previous_memory: None, deleted: Some(deleted) }))
+        Ok(axum::Json(ChangeResponse {
+            message: format!("{deleted} memories deleted"),
+            id: None,
+            event: Some(MergeEvent::Delete),
+            memory: None,
+            previous_memory: None,
+            deleted: Some(deleted),
+        }))
     })
     .await
 }
@@ -851,7 +909,8 @@ pub(crate) fn openapi() -> serde_json::Value {
     };
     let ok = |name: &str, description: &str| json!({ "description": description, "content": content(name) });
     let mut list_params = scope_params();
-    list_params.push(json!({ "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 200 } }));
+    list_params
+        .push(json!({ "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 200 } }));
     list_params.push(json!({ "name": "after", "in": "query", "required": false, "schema": { "type": "string" } }));
     let purge = json!({ "name": "purge", "in": "query", "required": false, "description": "Destroy the content of every version (tombstone) instead of marking the memory deleted.", "schema": { "type": "boolean" } });
     let common = ["400", "401", "403", "413", "503"];
@@ -944,6 +1003,9 @@ mod tests {
             std::fs::write(&path, &document).unwrap();
         }
         let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(checked_in == document, "schema/openapi.json is out of date: run HMG_UPDATE_OPENAPI=1 cargo test --release --features e5 --lib openapi");
+        assert!(
+            checked_in == document,
+            "schema/openapi.json is out of date: run HMG_UPDATE_OPENAPI=1 cargo test --release --features e5 --lib openapi"
+        );
     }
 }

@@ -73,7 +73,9 @@ pub(crate) enum SparqlError {
     #[error("{0}")]
     TooDeep(String),
     /// No acceptable result format.
-    #[error("cannot produce any of the accepted media types ({0}); use application/sparql-results+json, application/sparql-results+xml, text/csv or text/tab-separated-values (text/turtle or application/n-triples for graphs)")]
+    #[error(
+        "cannot produce any of the accepted media types ({0}); use application/sparql-results+json, application/sparql-results+xml, text/csv or text/tab-separated-values (text/turtle or application/n-triples for graphs)"
+    )]
     NotAcceptable(String),
     /// The time limit passed.
     #[error("the query ran longer than the limit of {0} s and was stopped; narrow it (LIMIT, more specific patterns)")]
@@ -82,7 +84,9 @@ pub(crate) enum SparqlError {
     #[error("the result is larger than the limit of {0} bytes; add LIMIT or select fewer variables")]
     ResultTooLarge(usize),
     /// The evaluation needed more memory than allowed.
-    #[error("the query needed more than the limit of {0} MiB of memory and was stopped; narrow it (a pattern without shared variables multiplies the rows)")]
+    #[error(
+        "the query needed more than the limit of {0} MiB of memory and was stopped; narrow it (a pattern without shared variables multiplies the rows)"
+    )]
     OutOfMemory(u64),
     /// Every evaluation slot is taken.
     #[error("too many SPARQL queries are running; retry in a few seconds")]
@@ -135,18 +139,24 @@ fn on_big_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) ->
 }
 
 fn solutions_format(accept: &str) -> Option<QueryResultsFormat> {
-    negotiate(accept, &[
-        ("application/sparql-results+json", QueryResultsFormat::Json),
-        ("application/json", QueryResultsFormat::Json),
-        ("application/sparql-results+xml", QueryResultsFormat::Xml),
-        ("application/xml", QueryResultsFormat::Xml),
-        ("text/csv", QueryResultsFormat::Csv),
-        ("text/tab-separated-values", QueryResultsFormat::Tsv),
-    ])
+    negotiate(
+        accept,
+        &[
+            ("application/sparql-results+json", QueryResultsFormat::Json),
+            ("application/json", QueryResultsFormat::Json),
+            ("application/sparql-results+xml", QueryResultsFormat::Xml),
+            ("application/xml", QueryResultsFormat::Xml),
+            ("text/csv", QueryResultsFormat::Csv),
+            ("text/tab-separated-values", QueryResultsFormat::Tsv),
+        ],
+    )
 }
 
 fn graph_format(accept: &str) -> Option<RdfFormat> {
-    negotiate(accept, &[("application/n-triples", RdfFormat::NTriples), ("text/turtle", RdfFormat::Turtle), ("text/plain", RdfFormat::NTriples)])
+    negotiate(
+        accept,
+        &[("application/n-triples", RdfFormat::NTriples), ("text/turtle", RdfFormat::Turtle), ("text/plain", RdfFormat::NTriples)],
+    )
 }
 
 /// The first offered format the `Accept` header allows, by its q-values
@@ -267,7 +277,14 @@ impl<W: Write> Write for Capped<'_, W> {
 
 /// Evaluates `query` confined to `tenant`'s graph of `store`, writing the
 /// serialized results to `out` within `limits`.
-fn evaluate(store: &oxigraph::store::Store, tenant: &str, query: Query, format: Format, limits: Limits, out: &mut impl Write) -> Result<(), SparqlError> {
+fn evaluate(
+    store: &oxigraph::store::Store,
+    tenant: &str,
+    query: Query,
+    format: Format,
+    limits: Limits,
+    out: &mut impl Write,
+) -> Result<(), SparqlError> {
     let started = Instant::now();
     let deadline = started + limits.timeout;
     let cancel = CancellationToken::new();
@@ -282,7 +299,8 @@ fn evaluate(store: &oxigraph::store::Store, tenant: &str, query: Query, format: 
         })
     };
     let too_large = Cell::new(false);
-    let result = serialize(store, tenant, query, format, cancel, Capped { inner: out, written: 0, limits, deadline, too_large: &too_large });
+    let result =
+        serialize(store, tenant, query, format, cancel, Capped { inner: out, written: 0, limits, deadline, too_large: &too_large });
     let _ = done.send(());
     let _ = watchdog.join();
     match result {
@@ -293,7 +311,14 @@ fn evaluate(store: &oxigraph::store::Store, tenant: &str, query: Query, format: 
     }
 }
 
-fn serialize<W: Write>(store: &oxigraph::store::Store, tenant: &str, query: Query, format: Format, cancel: CancellationToken, mut out: Capped<'_, W>) -> Result<(), SparqlError> {
+fn serialize<W: Write>(
+    store: &oxigraph::store::Store,
+    tenant: &str,
+    query: Query,
+    format: Format,
+    cancel: CancellationToken,
+    mut out: Capped<'_, W>,
+) -> Result<(), SparqlError> {
     let evaluation = |e: &dyn std::fmt::Display| SparqlError::Evaluation(e.to_string());
     let deadline = out.deadline;
     let results = crate::store::query_confined(store, tenant, query, cancel).map_err(|e| evaluation(&e))?;
@@ -302,7 +327,9 @@ fn serialize<W: Write>(store: &oxigraph::store::Store, tenant: &str, query: Quer
             QueryResultsSerializer::from_format(format).serialize_boolean_to_writer(&mut out, value).map_err(|e| evaluation(&e))?;
         }
         (QueryResults::Solutions(iter), Format::Solutions(format)) => {
-            let mut writer = QueryResultsSerializer::from_format(format).serialize_solutions_to_writer(&mut out, iter.variables().to_vec()).map_err(|e| evaluation(&e))?;
+            let mut writer = QueryResultsSerializer::from_format(format)
+                .serialize_solutions_to_writer(&mut out, iter.variables().to_vec())
+                .map_err(|e| evaluation(&e))?;
             for solution in iter {
                 if Instant::now() > deadline {
                     return Err(SparqlError::Timeout(0));
@@ -335,7 +362,14 @@ pub(crate) const WORKER_COMMAND: &str = "sparql-worker";
 /// evaluates it over the checkpoint in `snapshot` and writes the body to
 /// `out`; on a refusal, writes the [`SparqlError`] as JSON and returns 2.
 /// Caps its own data segment first.
-pub(crate) fn run_worker(snapshot: &std::path::Path, tenant: &str, accept: &str, limits: Limits, input: &mut dyn std::io::Read, out: &mut dyn Write) -> std::io::Result<u8> {
+pub(crate) fn run_worker(
+    snapshot: &std::path::Path,
+    tenant: &str,
+    accept: &str,
+    limits: Limits,
+    input: &mut dyn std::io::Read,
+    out: &mut dyn Write,
+) -> std::io::Result<u8> {
     if let Err(error) = rlimit::setrlimit(rlimit::Resource::DATA, limits.max_memory_bytes, limits.max_memory_bytes) {
         tracing::warn!(%error, "cannot limit the worker's memory");
     }
@@ -396,9 +430,10 @@ pub(crate) async fn answer_isolated(
     // without starting a process.
     let owned = text.to_owned();
     let accept_owned = accept.to_owned();
-    let format = tokio::task::spawn_blocking(move || on_big_stack(move || parse(&owned).and_then(|query| Format::for_query(&query, &accept_owned))))
-        .await
-        .map_err(|e| SparqlError::Worker(e.to_string()))???;
+    let format =
+        tokio::task::spawn_blocking(move || on_big_stack(move || parse(&owned).and_then(|query| Format::for_query(&query, &accept_owned))))
+            .await
+            .map_err(|e| SparqlError::Worker(e.to_string()))???;
     let child = tokio::process::Command::new(worker)
         .arg(WORKER_COMMAND)
         .arg("--snapshot")
@@ -430,7 +465,8 @@ pub(crate) async fn answer_isolated(
     }
     let grace = Duration::from_secs(2);
     let run = async {
-        let (out, err, status) = tokio::join!(read_capped(stdout, limits.max_result_bytes + 4096), read_capped(stderr, 64 * 1024), child.wait());
+        let (out, err, status) =
+            tokio::join!(read_capped(stdout, limits.max_result_bytes + 4096), read_capped(stderr, 64 * 1024), child.wait());
         (out, err, status)
     };
     let (out, err, status) = match tokio::time::timeout(limits.timeout + grace, run).await {
@@ -445,7 +481,10 @@ pub(crate) async fn answer_isolated(
     match status.code() {
         Some(0) if out.len() > limits.max_result_bytes => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
         Some(0) => Ok(Answer { media_type: format.media_type(), body: out }),
-        Some(2) => Err(serde_json::from_slice(&out).unwrap_or_else(|_| SparqlError::Worker(format!("unreadable refusal from the worker: {stderr}")))),
+        Some(2) => {
+            Err(serde_json::from_slice(&out)
+                .unwrap_or_else(|_| SparqlError::Worker(format!("unreadable refusal from the worker: {stderr}"))))
+        }
         _ if stderr.contains("memory allocation of") || stderr.contains("out of memory") || stderr.contains("bad_alloc") => {
             Err(SparqlError::OutOfMemory(limits.max_memory_bytes / (1024 * 1024)))
         }
@@ -478,7 +517,9 @@ mod tests {
 
     #[test]
     fn a_workers_refusal_reaches_the_server_as_it_was() {
-        for error in [SparqlError::Update, SparqlError::Timeout(10), SparqlError::ResultTooLarge(1_000), SparqlError::Evaluation("boom".to_owned())] {
+        for error in
+            [SparqlError::Update, SparqlError::Timeout(10), SparqlError::ResultTooLarge(1_000), SparqlError::Evaluation("boom".to_owned())]
+        {
             let wire = serde_json::to_vec(&error).unwrap();
             assert_eq!(serde_json::from_slice::<SparqlError>(&wire).unwrap(), error);
         }
@@ -520,7 +561,8 @@ mod tests {
     fn results_past_the_size_limit_are_refused() {
         let store = Store::open_in_memory().unwrap();
         let limits = Limits { max_result_bytes: 1_000, ..Limits::default() };
-        let many = format!("SELECT ?x WHERE {{ VALUES ?x {{ {} }} }}", (0..500).map(|i| format!("\"value {i}\"")).collect::<Vec<_>>().join(" "));
+        let many =
+            format!("SELECT ?x WHERE {{ VALUES ?x {{ {} }} }}", (0..500).map(|i| format!("\"value {i}\"")).collect::<Vec<_>>().join(" "));
         assert!(matches!(answer(&store, "t", &many, "", limits), Err(SparqlError::ResultTooLarge(1_000))));
     }
 }

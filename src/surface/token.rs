@@ -161,12 +161,18 @@ impl TokenStore {
         let name = name.map(|n| crate::text::redact(&n).text);
         let tenant = tenant.trim();
         if tenant.is_empty() || tenant.chars().any(char::is_control) || tenant.chars().count() > crate::scope::MAX_SCOPE_COMPONENT_CHARS {
-            return Err(TokenError::Invalid { field: "tenant", message: "a tenant name without control characters, at most 200 characters".to_owned() });
+            return Err(TokenError::Invalid {
+                field: "tenant",
+                message: "a tenant name without control characters, at most 200 characters".to_owned(),
+            });
         }
         let mut granted: Vec<String> = Vec::new();
         for scope in scopes.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
             if !SCOPES.contains(&scope) {
-                return Err(TokenError::Invalid { field: "scope", message: format!("unknown scope '{scope}'; expected {}", SCOPES.join(" or ")) });
+                return Err(TokenError::Invalid {
+                    field: "scope",
+                    message: format!("unknown scope '{scope}'; expected {}", SCOPES.join(" or ")),
+                });
             }
             if !granted.iter().any(|g| g == scope) {
                 granted.push(scope.to_owned());

@@ -21,11 +21,7 @@ pub enum Mode {
 }
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
-    include_str!("../../lexicon/stopwords_en.txt")
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .flat_map(str::split_whitespace)
-        .collect()
+    include_str!("../../lexicon/stopwords_en.txt").lines().filter(|l| !l.starts_with('#')).flat_map(str::split_whitespace).collect()
 });
 
 thread_local! {

@@ -69,11 +69,9 @@ static FILE: LazyLock<Regex> = LazyLock::new(|| {
 });
 static VERSION: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\bv?\d+(?:\.\d+){1,3}(?:-[0-9A-Za-z.]+)?\b|\bv\d+\b").expect("static regex"));
-static PRODUCT_VERSION: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^ v?\d+(?:\.\d+)*\b").expect("static regex"));
+static PRODUCT_VERSION: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^ v?\d+(?:\.\d+)*\b").expect("static regex"));
 static BACKTICK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`\n]{2,80})`").expect("static regex"));
-static QUOTED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"[「『《【“]([^」』》】”\n]{2,40})[」』》】”]").expect("static regex"));
+static QUOTED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[「『《【“]([^」』》】”\n]{2,40})[」』》】”]").expect("static regex"));
 static LATIN_TOKEN: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"[A-Za-z][A-Za-z0-9_+#]*(?:(?:::|\.|-)[A-Za-z0-9_+#]+)*").expect("static regex"));
 
@@ -85,12 +83,8 @@ struct PersonMarkers {
 }
 
 static PERSON_MARKERS: LazyLock<PersonMarkers> = LazyLock::new(|| {
-    let mut markers = PersonMarkers {
-        zh_suffixes: Vec::new(),
-        ja_suffixes: Vec::new(),
-        zh_prefixes: Vec::new(),
-        zh_surnames: HashSet::new(),
-    };
+    let mut markers =
+        PersonMarkers { zh_suffixes: Vec::new(), ja_suffixes: Vec::new(), zh_prefixes: Vec::new(), zh_surnames: HashSet::new() };
     let mut section = "";
     for line in include_str!("../../lexicon/person_markers.txt").lines() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -316,10 +310,7 @@ mod tests {
 
     fn has(text: &str, name: &str, kind: EntityKind) {
         let found = extract_entities(text);
-        assert!(
-            found.iter().any(|e| e.name == name && e.kind == kind),
-            "{name} ({kind:?}) not found in {text:?}: {found:?}"
-        );
+        assert!(found.iter().any(|e| e.name == name && e.kind == kind), "{name} ({kind:?}) not found in {text:?}: {found:?}");
     }
 
     #[test]

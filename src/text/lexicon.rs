@@ -63,7 +63,11 @@ impl CueSet {
         }
         let cjk = self.cjk.iter().filter(|cue| cjk_text.contains(cue.as_str())).count();
         let words: Vec<Vec<String>> = sentences(text).map(english_words).collect();
-        let english = self.english.iter().filter(|(cue, anchored)| words.iter().any(|w| find_all(w, cue).into_iter().any(|start| !*anchored || start == 0))).count();
+        let english = self
+            .english
+            .iter()
+            .filter(|(cue, anchored)| words.iter().any(|w| find_all(w, cue).into_iter().any(|start| !*anchored || start == 0)))
+            .count();
         cjk + english
     }
 
@@ -84,9 +88,9 @@ impl CueSet {
                 }
             }
             for (cue, anchored) in &self.english {
-                let hit = find_all(&words, cue).into_iter().any(|start| {
-                    (!*anchored || start == 0) && !blanked[start..start + cue.len()].iter().any(|b| *b)
-                });
+                let hit = find_all(&words, cue)
+                    .into_iter()
+                    .any(|start| (!*anchored || start == 0) && !blanked[start..start + cue.len()].iter().any(|b| *b));
                 if hit {
                     return true;
                 }
@@ -109,17 +113,14 @@ fn english_words(text: &str) -> Vec<String> {
 }
 
 fn sentences(text: &str) -> impl Iterator<Item = &str> {
-    text.split(['.', '!', '?', ';', '\n', '。', '！', '？', '；', ':', '：'])
-        .filter(|s| !s.trim().is_empty())
+    text.split(['.', '!', '?', ';', '\n', '。', '！', '？', '；', ':', '：']).filter(|s| !s.trim().is_empty())
 }
 
 fn find_all(words: &[String], cue: &[String]) -> Vec<usize> {
     if cue.is_empty() || cue.len() > words.len() {
         return Vec::new();
     }
-    (0..=words.len() - cue.len())
-        .filter(|&i| words[i..i + cue.len()] == *cue)
-        .collect()
+    (0..=words.len() - cue.len()).filter(|&i| words[i..i + cue.len()] == *cue).collect()
 }
 
 /// The emotional tone of a text, from the `lexicon/emotion_*.txt` cues.
@@ -148,21 +149,17 @@ static EMOTIONS: LazyLock<[(Emotion, CueSet); 4]> = LazyLock::new(|| {
 /// hits, if one has strictly more than every other.
 pub fn infer_emotion(text: &str) -> Option<Emotion> {
     let mut counts: Vec<(Emotion, usize)> = EMOTIONS.iter().map(|(e, set)| (*e, set.hits(text))).collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     match (counts.first(), counts.get(1)) {
         (Some((e, n)), Some((_, m))) if *n > 0 && n > m => Some(*e),
         _ => None,
     }
 }
 
-static NECESSARY: LazyLock<CueSet> =
-    LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/necessary.txt")));
-static POSSIBLE: LazyLock<CueSet> =
-    LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/possible.txt")));
-static NEGATIVE: LazyLock<CueSet> =
-    LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/negative.txt")));
-static CONDITIONAL: LazyLock<CueSet> =
-    LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/conditional.txt")));
+static NECESSARY: LazyLock<CueSet> = LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/necessary.txt")));
+static POSSIBLE: LazyLock<CueSet> = LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/possible.txt")));
+static NEGATIVE: LazyLock<CueSet> = LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/negative.txt")));
+static CONDITIONAL: LazyLock<CueSet> = LazyLock::new(|| CueSet::parse(include_str!("../../lexicon/conditional.txt")));
 
 /// Infers whether `text` states a fact, a constraint or a guess.
 pub fn infer_epistemic(text: &str) -> Epistemic {

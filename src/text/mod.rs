@@ -21,9 +21,7 @@ use unicode_normalization::UnicodeNormalization;
 pub fn normalize(content: &str) -> String {
     let folded: String = content.nfkc().collect::<String>().to_lowercase();
     let collapsed = folded.split_whitespace().collect::<Vec<_>>().join(" ");
-    collapsed
-        .trim_end_matches(['.', '。', '!', '！', '?', '？', '…', ' '])
-        .to_owned()
+    collapsed.trim_end_matches(['.', '。', '!', '！', '?', '？', '…', ' ']).to_owned()
 }
 
 /// Hex sha256 of the normalized content.

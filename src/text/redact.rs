@@ -115,7 +115,9 @@ static HMG_RULES: LazyLock<Ruleset> = LazyLock::new(|| {
             // Compiled in and covered by tests: a bad pattern is a build
             // defect, skipped (and reported by a test) rather than crashing a write.
             match (Regex::new(pattern), shape.transpose()) {
-                (Ok(regex), Ok(shape)) => Some(Rule { name, regex, group: Group::Named, keywords: Vec::new(), entropy, shape, allow: Vec::new() }),
+                (Ok(regex), Ok(shape)) => {
+                    Some(Rule { name, regex, group: Group::Named, keywords: Vec::new(), entropy, shape, allow: Vec::new() })
+                }
                 _ => {
                     skipped.push(name);
                     None

@@ -17,11 +17,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::memory::{BriefOptions, Caller, CorrectAction, CorrectRequest, GovernAction, GovernRequest, HandoffRequest, MemorizeRequest, Memory, MemoryError};
+use crate::memory::{
+    BriefOptions, Caller, CorrectAction, CorrectRequest, GovernAction, GovernRequest, HandoffRequest, MemorizeRequest, Memory, MemoryError,
+};
 use crate::recall::RecallRequest;
 
 /// Tool names, in the order hosts list them.
-pub(crate) const TOOL_NAMES: &[&str] = &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
+pub(crate) const TOOL_NAMES: &[&str] =
+    &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
 
 /// Why a tool call failed. `Invalid` is the caller's to fix (an MCP tool
 /// result with `isError: true`); `Internal` is ours.
@@ -309,11 +312,7 @@ pub(crate) fn decode<T: DeserializeOwned>(value: Value) -> Result<T, ToolError> 
         let path = error.path().to_string();
         let inner = error.into_inner().to_string();
         // serde names a missing or unknown field in its message, not its path.
-        let field = if path == "." {
-            backticked(&inner)
-        } else {
-            Some(path)
-        };
+        let field = if path == "." { backticked(&inner) } else { Some(path) };
         let message = match &field {
             Some(field) if !inner.contains(&format!("`{field}`")) => format!("{field}: {inner}"),
             _ => inner,

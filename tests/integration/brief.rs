@@ -25,12 +25,15 @@ fn sections_follow_scope_and_recency() {
         m.handoff(&c, HandoffRequest::new(summary)).unwrap();
     }
     let lesson_source = remember(&m, &c, "We pasted a key into the CI config");
-    m.govern(&c, hmg::GovernRequest {
-        target_atom: lesson_source,
-        action: hmg::GovernAction::DeriveLesson,
-        reason: "leak".into(),
-        lesson_content: Some("Keys belong in the secret store, checked by CI".into()),
-    })
+    m.govern(
+        &c,
+        hmg::GovernRequest {
+            target_atom: lesson_source,
+            action: hmg::GovernAction::DeriveLesson,
+            reason: "leak".into(),
+            lesson_content: Some("Keys belong in the secret store, checked by CI".into()),
+        },
+    )
     .unwrap();
     let brief = m.brief(&c, BriefOptions::default()).unwrap();
     assert!(!brief.empty);

@@ -67,7 +67,8 @@ fn memorize_recall_free_contract_and_exit_statuses() {
     let out = hmg(&store, &cwd, &["correct", &atom, "replace", "--reason", "升级", "--json"]);
     assert_eq!((out.status.code(), json(&out)["field"].as_str()), (Some(2), Some("new_content")));
 
-    let out = hmg(&store, &cwd, &["correct", &atom, "replace", "--reason", "升级", "--new-content", "主数据库升级到 PostgreSQL 17", "--json"]);
+    let out =
+        hmg(&store, &cwd, &["correct", &atom, "replace", "--reason", "升级", "--new-content", "主数据库升级到 PostgreSQL 17", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     let replaced = json(&out);
     assert_eq!(replaced["effect"], "applied");
@@ -76,7 +77,11 @@ fn memorize_recall_free_contract_and_exit_statuses() {
 
     let out = hmg(&store, &cwd, &["govern", &head, "quarantine", "--reason", "check", "--json"]);
     assert_eq!((out.status.code(), json(&out)["effect"].as_str()), (Some(0), Some("applied")));
-    let out = hmg(&store, &cwd, &["govern", &head, "derive_lesson", "--reason", "r", "--lesson-content", "移行前に必ずバックアップを取る", "--json"]);
+    let out = hmg(
+        &store,
+        &cwd,
+        &["govern", &head, "derive_lesson", "--reason", "r", "--lesson-content", "移行前に必ずバックアップを取る", "--json"],
+    );
     assert_eq!(out.status.code(), Some(0));
     assert!(json(&out)["lesson_atom_id"].is_string());
 
@@ -210,7 +215,10 @@ fn reflect_on_disk_expires_past_due_memories_and_the_audit_chain_verifies() {
     let text = String::from_utf8_lossy(&hmg(&store, &repo, &["reflect", "--dry-run", "--actions", "expiry"]).stdout).to_string();
     assert!(text.starts_with("### Memory Reflect Report") && text.contains("Expired: 0"), "already expired: {text}");
     let recall = json(&hmg(&store, &repo, &["--json", "recall", "staging freeze"]));
-    assert!(recall["atoms"].as_array().unwrap().iter().all(|a| a["content"] != "The staging freeze lasts until Friday"), "expired memories leave recall: {recall}");
+    assert!(
+        recall["atoms"].as_array().unwrap().iter().all(|a| a["content"] != "The staging freeze lasts until Friday"),
+        "expired memories leave recall: {recall}"
+    );
     let verify = hmg(&store, &repo, &["audit", "verify"]);
     assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
     let bad = hmg(&store, &repo, &["reflect", "--until", "tomorrow"]);

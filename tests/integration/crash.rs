@@ -74,10 +74,8 @@ fn acknowledged_writes_survive_sigkill() {
         assert_eq!(verification[0].first_broken, None, "audit chain broken after round {round}");
     }
     assert!(!acknowledged.is_empty(), "the importer acknowledged writes before being killed");
-    let verify = Command::new(env!("CARGO_BIN_EXE_hmg"))
-        .args(["--store", store.to_str().unwrap(), "audit", "verify", "--json"])
-        .output()
-        .unwrap();
+    let verify =
+        Command::new(env!("CARGO_BIN_EXE_hmg")).args(["--store", store.to_str().unwrap(), "audit", "verify", "--json"]).output().unwrap();
     assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
     let report: Value = serde_json::from_slice(&verify.stdout).unwrap();
     assert_eq!(report["ok"], true);

@@ -8,11 +8,27 @@ fn populated() -> (Memory, Caller) {
     let m = memory();
     let c = caller("hmg");
     let a = remember(&m, &c, "主数据库用 MongoDB");
-    m.correct(&c, CorrectRequest { target_atom: a, action: CorrectAction::Replace, reason: "迁移".into(), new_content: Some("主数据库用 PostgreSQL 16".into()) })
-        .unwrap();
+    m.correct(
+        &c,
+        CorrectRequest {
+            target_atom: a,
+            action: CorrectAction::Replace,
+            reason: "迁移".into(),
+            new_content: Some("主数据库用 PostgreSQL 16".into()),
+        },
+    )
+    .unwrap();
     let b = remember(&m, &c, "The deploy token was pasted in chat");
-    m.govern(&c, GovernRequest { target_atom: b, action: GovernAction::DeriveLesson, reason: "leak".into(), lesson_content: Some("Never paste tokens in chat".into()) })
-        .unwrap();
+    m.govern(
+        &c,
+        GovernRequest {
+            target_atom: b,
+            action: GovernAction::DeriveLesson,
+            reason: "leak".into(),
+            lesson_content: Some("Never paste tokens in chat".into()),
+        },
+    )
+    .unwrap();
     let q = remember(&m, &c, "隔離するメモ");
     m.govern(&c, GovernRequest { target_atom: q, action: GovernAction::Quarantine, reason: "check".into(), lesson_content: None }).unwrap();
     let t = remember(&m, &c, "to be destroyed");
@@ -49,10 +65,8 @@ fn nquads_export_is_parseable_rdf_with_the_audit_chain() {
     let mut out = Vec::new();
     let n = m.export(&c, ExportFormat::NQuads, false, &mut out).unwrap();
     assert!(n > 50);
-    let dataset: Vec<_> = oxigraph::io::RdfParser::from_format(oxigraph::io::RdfFormat::NQuads)
-        .for_slice(&out)
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let dataset: Vec<_> =
+        oxigraph::io::RdfParser::from_format(oxigraph::io::RdfFormat::NQuads).for_slice(&out).collect::<Result<_, _>>().unwrap();
     assert_eq!(dataset.len(), n);
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("http://www.w3.org/ns/prov#wasRevisionOf"));

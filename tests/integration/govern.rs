@@ -50,9 +50,7 @@ fn derive_lesson_seals_the_original_and_links_the_lesson() {
     let m = memory();
     let c = caller("hmg");
     let atom = remember(&m, &c, "The CI config had OPENAI key sk-proj-abcdefghijklmnopqrstuvwxyz0123 pasted in");
-    let out = m
-        .govern(&c, request(&atom, GovernAction::DeriveLesson, Some("不要在代码或记忆中硬编码 API key，使用环境变量")))
-        .unwrap();
+    let out = m.govern(&c, request(&atom, GovernAction::DeriveLesson, Some("不要在代码或记忆中硬编码 API key，使用环境变量"))).unwrap();
     assert_eq!(out.effect, Effect::Applied);
     let lesson = m.atom("alice", id(&out.lesson_atom_id.unwrap())).unwrap().unwrap();
     assert_eq!(lesson.kind, Kind::Lesson);
@@ -124,7 +122,10 @@ fn tombstone_destroys_content_on_disk() {
     };
     assert!(!files_contain(dir.path(), marker.as_bytes()), "tombstoned content must be gone from every store file");
     assert!(!files_contain(dir.path(), b"Zephyrwick"), "an entity only the tombstoned atom mentioned goes with it");
-    assert!(!keyword_files_hold(&dir.path().join("index"), "zephyrwick"), "the keyword index's segment files keep no term of destroyed content");
+    assert!(
+        !keyword_files_hold(&dir.path().join("index"), "zephyrwick"),
+        "the keyword index's segment files keep no term of destroyed content"
+    );
     assert!(!files_contain(&dir.path().join("index"), b"zephyrwick"), "no index file (the graph's entity keys included) keeps the entity");
     assert!(!dir.path().join("index/keyword/purge-pending").exists(), "the purge finished");
     let m = Memory::open(dir.path()).unwrap();
@@ -173,12 +174,28 @@ fn purging_a_chain_and_negating_a_scope_are_one_transaction_each() {
     let c = caller("bulk");
     let first = remember(&m, &c, "The staging database lives on host pg-staging-1");
     let second = m
-        .correct(&c, hmg::CorrectRequest { target_atom: first.clone(), action: hmg::CorrectAction::Replace, reason: "moved".into(), new_content: Some("The staging database lives on host pg-staging-2".into()) })
+        .correct(
+            &c,
+            hmg::CorrectRequest {
+                target_atom: first.clone(),
+                action: hmg::CorrectAction::Replace,
+                reason: "moved".into(),
+                new_content: Some("The staging database lives on host pg-staging-2".into()),
+            },
+        )
         .unwrap()
         .new_atom_id
         .unwrap();
     let third = m
-        .correct(&c, hmg::CorrectRequest { target_atom: second.clone(), action: hmg::CorrectAction::Replace, reason: "moved again".into(), new_content: Some("The staging database lives on host pg-staging-3".into()) })
+        .correct(
+            &c,
+            hmg::CorrectRequest {
+                target_atom: second.clone(),
+                action: hmg::CorrectAction::Replace,
+                reason: "moved again".into(),
+                new_content: Some("The staging database lives on host pg-staging-3".into()),
+            },
+        )
         .unwrap()
         .new_atom_id
         .unwrap();
@@ -197,7 +214,13 @@ fn purging_a_chain_and_negating_a_scope_are_one_transaction_each() {
         remember(&m, &c, &format!("Scope memory number {n} about the deploy calendar"));
     }
     let before = m.snapshot_version().unwrap();
-    let filter = hmg::memory::AtomFilter { workspace: Some("acme".into()), repository: Some("bulk".into()), branch: Some("main".into()), exact_scope: true, ..Default::default() };
+    let filter = hmg::memory::AtomFilter {
+        workspace: Some("acme".into()),
+        repository: Some("bulk".into()),
+        branch: Some("main".into()),
+        exact_scope: true,
+        ..Default::default()
+    };
     assert_eq!(m.negate_all(&c, &filter, "clear the scope").unwrap(), 5);
     assert_eq!(m.snapshot_version().unwrap(), before + 1, "one transaction for five negations");
     assert_eq!(m.atom("alice", super::id(&keep)).unwrap().unwrap().status, hmg::Status::Active);

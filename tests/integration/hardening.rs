@@ -17,7 +17,9 @@ fn seeded_store(dir: &Path) -> std::path::PathBuf {
     let store = dir.join("store");
     let mut lines = String::new();
     for i in 0..40 {
-        lines.push_str(&json!({ "content": format!("Release checklist step {i}: run the migration suite before tagging v{i}.0") }).to_string());
+        lines.push_str(
+            &json!({ "content": format!("Release checklist step {i}: run the migration suite before tagging v{i}.0") }).to_string(),
+        );
         lines.push('\n');
         lines.push_str(&json!({ "content": format!("第{i}号服务器的日志保存在 /var/log/app{i} 目录") }).to_string());
         lines.push('\n');
@@ -26,7 +28,12 @@ fn seeded_store(dir: &Path) -> std::path::PathBuf {
     }
     let file = dir.join("seed.jsonl");
     std::fs::write(&file, lines).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hmg")).args(["--tenant", "mcp-tester", "import"]).arg(&file).env("HMG_STORE", &store).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hmg"))
+        .args(["--tenant", "mcp-tester", "import"])
+        .arg(&file)
+        .env("HMG_STORE", &store)
+        .output()
+        .unwrap();
     assert_success(&out, "seeding import");
     store
 }
@@ -81,7 +88,12 @@ fn keyword_dir(store: &Path) -> std::path::PathBuf {
 }
 
 fn segment_files(store: &Path, extension: &str) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(keyword_dir(store)).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == extension)).collect()
+    std::fs::read_dir(keyword_dir(store))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == extension))
+        .collect()
 }
 
 /// Writes memories, breaks the keyword index with `breakage`, and checks
@@ -89,7 +101,11 @@ fn segment_files(store: &Path, extension: &str) -> Vec<std::path::PathBuf> {
 fn heals_after(breakage: impl Fn(&Path)) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    for content in ["The quarterly report lives in the Nextcloud finance folder", "财务报表保存在共享盘的季度目录里", "四半期レポートは経理フォルダにあります"] {
+    for content in [
+        "The quarterly report lives in the Nextcloud finance folder",
+        "财务报表保存在共享盘的季度目录里",
+        "四半期レポートは経理フォルダにあります",
+    ] {
         let out = crate::cli::hmg(&store, tmp.path(), &["memorize", content]);
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
@@ -193,7 +209,9 @@ fn stdio_mcp_answers_protocol_errors_and_keeps_serving() {
     send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
     let answer = next();
     assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(5), json!(-32002)), "{answer}");
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+    );
     let answer = next();
     assert_eq!(answer["id"], 1);
     assert_eq!(answer["result"]["serverInfo"]["name"], "hmg", "{answer}");
@@ -206,8 +224,6 @@ fn stdio_mcp_answers_protocol_errors_and_keeps_serving() {
     let answer = next();
     assert_eq!(answer["id"], 2);
     assert!(answer["result"]["tools"].as_array().is_some_and(|tools| tools.len() >= 6), "{answer}");
-    drop(send);
-    drop(next);
     drop(stdin);
     let status = child.wait().unwrap();
     assert!(status.success(), "hmg mcp exits cleanly when stdin closes: {status:?}");

@@ -44,7 +44,10 @@ fn tenants_stay_isolated_on_every_http_surface() {
     assert_success(&out, "http surfaces");
 
     // A revoked token stops working at once (the server reloads the file).
-    let id = serde_json::from_slice::<Value>(&crate::cli::hmg(&store, tmp.path(), &["token", "list", "--json"]).stdout).unwrap()[2]["id"].as_str().unwrap().to_owned();
+    let id = serde_json::from_slice::<Value>(&crate::cli::hmg(&store, tmp.path(), &["token", "list", "--json"]).stdout).unwrap()[2]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let out = crate::cli::hmg(&store, tmp.path(), &["token", "revoke", &id]);
     assert_eq!(out.status.code(), Some(0));
     let status = Command::new("curl")
@@ -80,7 +83,11 @@ fn hmg_sparql_runs_a_query_file_against_the_local_store() {
 fn the_explorer_page_runs_a_query_in_headless_chromium() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    let out = crate::cli::hmg(&store, tmp.path(), &["--tenant", "mcp-tester", "memorize", "The explorer shows this memory about Grafana dashboards"]);
+    let out = crate::cli::hmg(
+        &store,
+        tmp.path(),
+        &["--tenant", "mcp-tester", "memorize", "The explorer shows this memory about Grafana dashboards"],
+    );
     assert_eq!(out.status.code(), Some(0));
     let served = Served::start(&store);
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");

@@ -33,7 +33,11 @@ const SPLIT: &[&str] = &["index", "surface", "tools"];
 
 fn layer(node: &str) -> usize {
     let top = node.split("::").next().unwrap_or(node);
-    LAYERS.iter().find(|(name, _)| *name == top).unwrap_or_else(|| panic!("module {top} has no layer: add it to LAYERS and ARCHITECTURE.md")).1
+    LAYERS
+        .iter()
+        .find(|(name, _)| *name == top)
+        .unwrap_or_else(|| panic!("module {top} has no layer: add it to LAYERS and ARCHITECTURE.md"))
+        .1
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -179,7 +183,13 @@ fn layers_depend_one_way_without_circles() {
     }
     assert!(upward.is_empty(), "dependencies against the layer order:\n{}", upward.join("\n"));
     // Circles: depth-first search with colours.
-    fn visit<'a>(node: &'a str, graph: &'a BTreeMap<String, BTreeSet<String>>, state: &mut BTreeMap<&'a str, u8>, stack: &mut Vec<&'a str>, found: &mut Vec<String>) {
+    fn visit<'a>(
+        node: &'a str,
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<&'a str, u8>,
+        stack: &mut Vec<&'a str>,
+        found: &mut Vec<String>,
+    ) {
         state.insert(node, 1);
         stack.push(node);
         for next in graph.get(node).into_iter().flatten() {

@@ -1,6 +1,9 @@
 //! Integration tests: the public API (the `Memory` facade) and the `hmg`
 //! binary, one module per topic.
 
+// A failed unwrap is a failed test (or bench); reports go to stdout.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
 mod brief;
 mod cli;
 mod correct;
@@ -9,18 +12,18 @@ mod export;
 mod fuzz;
 mod govern;
 mod hardening;
-mod layers;
 mod http;
+mod layers;
 mod mcp;
 mod memorize;
 mod merge;
 mod recall;
+mod redaction;
 mod reflect;
 mod rest;
 mod secrets;
-mod redaction;
 
-use hmg::{Caller, Effect, Memory, MemorizeRequest, Scope};
+use hmg::{Caller, Effect, MemorizeRequest, Memory, Scope};
 
 /// A caller in repository `repo` of tenant `alice`, branch main.
 pub fn caller(repo: &str) -> Caller {

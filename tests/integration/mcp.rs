@@ -19,7 +19,9 @@ fn hmg_bin() -> &'static str {
 }
 
 pub(crate) fn client_tool(var: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} is not set: run the suite with scripts/test.sh, which installs the MCP clients"));
+    let path = std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{var} is not set: run the suite with scripts/test.sh, which installs the MCP clients"));
     assert!(path.exists(), "{var}={} does not exist: run scripts/test.sh", path.display());
     path
 }
@@ -169,14 +171,20 @@ fn the_inspector_cli_lists_the_tools_and_calls_one() {
             .output()
             .expect("the inspector runs");
         assert_success(&out, "inspector");
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("unknown format"), "schemas use only standard formats: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_else(|e| panic!("inspector prints JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("unknown format"),
+            "schemas use only standard formats: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("inspector prints JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
     };
     let listed = run(&["--method", "tools/list"]);
     let mut names: Vec<&str> = listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort_unstable();
     assert_eq!(names, ["memory_correct", "memory_govern", "memory_handoff", "memory_memorize", "memory_recall", "memory_stats", "reflect"]);
-    let called = run(&["--method", "tools/call", "--tool-name", "memory_memorize", "--tool-arg", "content=The inspector stored this memory"]);
+    let called =
+        run(&["--method", "tools/call", "--tool-name", "memory_memorize", "--tool-arg", "content=The inspector stored this memory"]);
     assert_eq!(called["isError"], false, "{called}");
     assert_eq!(called["structuredContent"]["effect"], "applied", "{called}");
     let called = run(&["--method", "tools/call", "--tool-name", "memory_recall", "--tool-arg", "query=inspector memory"]);
@@ -184,7 +192,8 @@ fn the_inspector_cli_lists_the_tools_and_calls_one() {
 }
 
 fn result_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("the client prints JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("the client prints JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
 }
 
 fn hook(store: &Path, which: &str, input: &Value) -> Output {
@@ -224,7 +233,10 @@ fn pre_tool_use_injects_a_proven_scope_and_keeps_every_field() {
     assert_eq!(updated["content"], tool_input["content"]);
     assert_eq!(updated["source"], "user");
     let scope = &updated["scope"];
-    assert_eq!((scope["tenant_id"].as_str(), scope["workspace"].as_str(), scope["repository"].as_str(), scope["branch"].as_str()), (Some(USER), Some("acme"), Some("hooked"), Some("feature-x")));
+    assert_eq!(
+        (scope["tenant_id"].as_str(), scope["workspace"].as_str(), scope["repository"].as_str(), scope["branch"].as_str()),
+        (Some(USER), Some("acme"), Some("hooked"), Some("feature-x"))
+    );
     assert!(scope["proof"].as_str().is_some_and(|p| p.len() == 64), "{scope}");
 
     // A server running outside the repository honours the proven scope…
@@ -249,7 +261,11 @@ fn pre_tool_use_injects_a_proven_scope_and_keeps_every_field() {
     // reflect's own `scope` is a filter: the hook's scope goes beside it, and
     // the server runs the call in the hooked repository.
     let reflect_input = json!({"dry_run": true, "scope": "acme/hooked", "actions_csv": "decay"});
-    let out = hook(&store, "pre-tool-use", &json!({"session_id": "s1", "cwd": repo, "hook_event_name": "PreToolUse", "tool_name": "mcp__hmg__reflect", "tool_input": reflect_input}));
+    let out = hook(
+        &store,
+        "pre-tool-use",
+        &json!({"session_id": "s1", "cwd": repo, "hook_event_name": "PreToolUse", "tool_name": "mcp__hmg__reflect", "tool_input": reflect_input}),
+    );
     assert_success(&out, "pre-tool-use for reflect");
     let updated: Value = serde_json::from_slice::<Value>(&out.stdout).unwrap()["hookSpecificOutput"]["updatedInput"].clone();
     assert_eq!(updated["scope"], "acme/hooked", "the filter is kept: {updated}");

@@ -79,14 +79,18 @@ fn admission_control_rejects_with_reasons() {
 fn restating_a_negated_memory_is_rejected_pointing_at_replace() {
     let m = memory();
     let c = caller("hmg");
-    for content in ["The API is versioned by header", "接口通过请求头做版本控制", "API はヘッダーでバージョン管理する"] {
+    for content in ["The API is versioned by header", "接口通过请求头做版本控制", "API はヘッダーでバージョン管理する"]
+    {
         let atom = remember(&m, &c, content);
-        m.correct(&c, hmg::CorrectRequest {
-            target_atom: atom.clone(),
-            action: hmg::CorrectAction::Negate,
-            reason: "wrong".into(),
-            new_content: None,
-        })
+        m.correct(
+            &c,
+            hmg::CorrectRequest {
+                target_atom: atom.clone(),
+                action: hmg::CorrectAction::Negate,
+                reason: "wrong".into(),
+                new_content: None,
+            },
+        )
         .unwrap();
         let again = m.memorize(&c, MemorizeRequest::new(content)).unwrap();
         assert_eq!(again.effect, Effect::Rejected);
@@ -126,9 +130,7 @@ fn snapshot_version_increases_with_every_write() {
 fn handoffs_are_stored_redacted_and_rejected_when_empty() {
     let m = memory();
     let c = caller("hmg");
-    let out = m
-        .handoff(&c, hmg::HandoffRequest::new("修复了 login.py 的空指针问题，pytest 全部通过。token=abcd1234efgh5678"))
-        .unwrap();
+    let out = m.handoff(&c, hmg::HandoffRequest::new("修复了 login.py 的空指针问题，pytest 全部通过。token=abcd1234efgh5678")).unwrap();
     assert_eq!(out.effect, Effect::Applied);
     let atom = m.atom("alice", id(out.atom_id.as_deref().unwrap())).unwrap().unwrap();
     assert_eq!(atom.kind, hmg::Kind::Handoff);
@@ -146,7 +148,10 @@ fn tenants_never_see_each_other() {
     let atom = remember(&m, &alice, "Alice's deploy key lives in the vault");
     assert!(m.atom("bob", id(&atom)).unwrap().is_none());
     let err = m
-        .correct(&bob, hmg::CorrectRequest { target_atom: atom.clone(), action: hmg::CorrectAction::Negate, reason: "x".into(), new_content: None })
+        .correct(
+            &bob,
+            hmg::CorrectRequest { target_atom: atom.clone(), action: hmg::CorrectAction::Negate, reason: "x".into(), new_content: None },
+        )
         .unwrap_err();
     assert!(matches!(err, MemoryError::AtomNotFound(_)), "{err}");
     assert!(m.history(&bob, &atom).is_err());

@@ -2,7 +2,7 @@
 //! the decisions must hold when semantic similarity takes part.
 
 use hmg::extract::{Extractor, Message, RuleExtractor};
-use hmg::{Caller, MergeEvent, Memory, Scope};
+use hmg::{Caller, Memory, MergeEvent, Scope};
 
 fn add(memory: &Memory, caller: &Caller, text: &str) -> Vec<hmg::MergeResult> {
     let facts = RuleExtractor.extract(&[Message { role: "user".to_owned(), content: text.to_owned() }]).unwrap();

@@ -54,10 +54,19 @@ fn status_and_scope_rules() {
     let m = memory();
     let c = caller("hmg");
     let wrong = remember(&m, &c, "The staging database is MySQL 5.7");
-    m.correct(&c, CorrectRequest { target_atom: wrong.clone(), action: CorrectAction::Negate, reason: "wrong".into(), new_content: None }).unwrap();
+    m.correct(&c, CorrectRequest { target_atom: wrong.clone(), action: CorrectAction::Negate, reason: "wrong".into(), new_content: None })
+        .unwrap();
     let old = remember(&m, &c, "The staging database runs on port 5432");
     let new = m
-        .correct(&c, CorrectRequest { target_atom: old.clone(), action: CorrectAction::Replace, reason: "moved".into(), new_content: Some("The staging database runs on port 6432".into()) })
+        .correct(
+            &c,
+            CorrectRequest {
+                target_atom: old.clone(),
+                action: CorrectAction::Replace,
+                reason: "moved".into(),
+                new_content: Some("The staging database runs on port 6432".into()),
+            },
+        )
         .unwrap()
         .new_atom_id
         .unwrap();
@@ -77,9 +86,27 @@ fn status_and_scope_rules() {
     assert!(ids(&m, &bob, "staging database").is_empty(), "tenants never see each other");
 
     let quarantined = remember(&m, &c, "Quarantine candidate about the staging database");
-    m.govern(&c, hmg::GovernRequest { target_atom: quarantined.clone(), action: hmg::GovernAction::Quarantine, reason: "check".into(), lesson_content: None }).unwrap();
+    m.govern(
+        &c,
+        hmg::GovernRequest {
+            target_atom: quarantined.clone(),
+            action: hmg::GovernAction::Quarantine,
+            reason: "check".into(),
+            lesson_content: None,
+        },
+    )
+    .unwrap();
     assert!(!ids(&m, &c, "quarantine candidate").contains(&quarantined));
-    m.govern(&c, hmg::GovernRequest { target_atom: quarantined.clone(), action: hmg::GovernAction::Restore, reason: "ok".into(), lesson_content: None }).unwrap();
+    m.govern(
+        &c,
+        hmg::GovernRequest {
+            target_atom: quarantined.clone(),
+            action: hmg::GovernAction::Restore,
+            reason: "ok".into(),
+            lesson_content: None,
+        },
+    )
+    .unwrap();
     assert!(ids(&m, &c, "quarantine candidate").contains(&quarantined));
 }
 
@@ -151,7 +178,14 @@ fn deleting_every_index_and_reopening_gives_identical_results() {
     let snapshot = |m: &Memory| -> Vec<Vec<(String, u32)>> {
         queries
             .iter()
-            .map(|q| m.recall(&c, RecallRequest::new(*q)).unwrap().atoms.into_iter().map(|a| (a.atom_id, (a.score * 1e4).round() as u32)).collect())
+            .map(|q| {
+                m.recall(&c, RecallRequest::new(*q))
+                    .unwrap()
+                    .atoms
+                    .into_iter()
+                    .map(|a| (a.atom_id, (a.score * 1e4).round() as u32))
+                    .collect()
+            })
             .collect()
     };
     let before = {
@@ -206,10 +240,14 @@ fn a_missing_or_wrong_runtime_is_a_clear_error_not_a_panic() {
     let models = hmg::embed::default_models_dir().unwrap().join("all-MiniLM-L6-v2");
     let missing = hmg::embed::onnx::OnnxEmbedder::load(std::path::Path::new("/nonexistent/libonnxruntime.so"), &models).unwrap_err();
     assert!(missing.to_string().contains("cannot load ONNX Runtime"), "{missing}");
-    let no_model = hmg::embed::onnx::OnnxEmbedder::load(std::path::Path::new("/nonexistent/libonnxruntime.so"), std::path::Path::new("/nonexistent-model"));
+    let no_model = hmg::embed::onnx::OnnxEmbedder::load(
+        std::path::Path::new("/nonexistent/libonnxruntime.so"),
+        std::path::Path::new("/nonexistent-model"),
+    );
     assert!(no_model.is_err());
     let dir = tempfile::tempdir().unwrap();
-    let empty_model = hmg::embed::onnx::OnnxEmbedder::load(&hmg::embed::default_models_dir().unwrap().join("libonnxruntime.so"), dir.path()).unwrap_err();
+    let empty_model =
+        hmg::embed::onnx::OnnxEmbedder::load(&hmg::embed::default_models_dir().unwrap().join("libonnxruntime.so"), dir.path()).unwrap_err();
     assert!(empty_model.to_string().contains("model.onnx"), "{empty_model}");
 }
 
@@ -244,13 +282,17 @@ fn a_query_naming_a_speaker_favours_what_that_speaker_said() {
     let xiaowang = said("小王", "我也报名了周末的陶艺课程");
     let boost_of = |query: &str, id: &str| {
         let outcome = m.recall(&c, RecallRequest { explain: true, ..RecallRequest::new(query) }).unwrap();
-        outcome.atoms.iter().find(|a| a.atom_id == id).and_then(|a| a.explain.as_ref()).map(|e| e.boost).unwrap_or_else(|| panic!("{id} not recalled for {query}"))
+        outcome
+            .atoms
+            .iter()
+            .find(|a| a.atom_id == id)
+            .and_then(|a| a.explain.as_ref())
+            .map(|e| e.boost)
+            .unwrap_or_else(|| panic!("{id} not recalled for {query}"))
     };
     let config = hmg::recall::RecallConfig::default();
-    for (query, named, other) in [
-        ("What class did Melanie sign up for?", &melanie, &caroline),
-        ("小林报名了什么课", &xiaolin, &xiaowang),
-    ] {
+    for (query, named, other) in [("What class did Melanie sign up for?", &melanie, &caroline), ("小林报名了什么课", &xiaolin, &xiaowang)]
+    {
         let ratio = boost_of(query, named) / boost_of(query, other);
         assert!((ratio - config.boost_named_source).abs() < 0.01, "{query}: boost ratio {ratio}");
         assert_eq!(ids(&m, &c, query)[0], *named, "{query}");

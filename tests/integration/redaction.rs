@@ -62,10 +62,7 @@ fn every_secret_of_the_corpora_is_redacted_before_storage() {
 
 #[test]
 fn look_alikes_survive() {
-    let safe: Vec<&str> = include_str!("../data/not_secrets.txt")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .collect();
+    let safe: Vec<&str> = include_str!("../data/not_secrets.txt").lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
     assert!(safe.len() >= 50, "{} look-alikes", safe.len());
     let mut damaged = Vec::new();
     for text in safe {

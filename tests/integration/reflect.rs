@@ -2,7 +2,7 @@
 //! ids, rollback of a failed run, validation and boundary errors.
 
 use chrono::{Duration, Utc};
-use hmg::{Caller, Kind, Memory, MemoryError, MemorizeRequest, RecallRequest, ReflectRequest, Status};
+use hmg::{Caller, Kind, MemorizeRequest, Memory, MemoryError, RecallRequest, ReflectRequest, Status};
 
 use super::{caller, id, memory, remember};
 
@@ -11,7 +11,11 @@ use super::{caller, id, memory, remember};
 fn seed(m: &Memory, c: &Caller) -> (String, String) {
     let now = Utc::now();
     let episode = |text: &str, session: &str, hours_ago: i64| {
-        let request = MemorizeRequest::new(text).with_kind(Kind::Episode).with_session(session).with_source("user").with_created_at(now - Duration::hours(hours_ago));
+        let request = MemorizeRequest::new(text)
+            .with_kind(Kind::Episode)
+            .with_session(session)
+            .with_source("user")
+            .with_created_at(now - Duration::hours(hours_ago));
         assert_eq!(m.memorize(c, request).unwrap().effect, hmg::Effect::Applied, "{text}");
     };
     episode("I prefer dark mode in every editor.", "s1", 5);
@@ -19,7 +23,9 @@ fn seed(m: &Memory, c: &Caller) -> (String, String) {
     episode("We rotated the billing certificate and added an expiry alert.", "s1", 4);
     episode("I prefer dark mode in every editor I use.", "s2", 2);
     episode("昨日のデプロイは問題なく終わりました。", "s2", 2);
-    let expired = m.memorize(c, MemorizeRequest::new("The staging freeze lasts until the release is cut").with_expires_at(now - Duration::hours(1))).unwrap();
+    let expired = m
+        .memorize(c, MemorizeRequest::new("The staging freeze lasts until the release is cut").with_expires_at(now - Duration::hours(1)))
+        .unwrap();
     let old_id = ulid::Ulid::generate().to_string();
     let old = format!(
         r#"{{"atom_id":"{old_id}","content":"Someone mentioned a podcast once","kind":"fact","source":"agent","workspace":"acme","repository":"hmg","branch":"main","epistemic":"actual","polarity":"affirmative","status":"active","created_at":"{}","language":"en","importance":0.15}}"#,
@@ -58,7 +64,16 @@ fn dry_run_and_real_run_agree_and_every_write_is_audited() {
     assert!(dry.summaries.iter().all(|s| s.atom_id.is_none()));
     let text = dry.to_text();
     assert!(text.starts_with("### Memory Reflect Report"), "{text}");
-    for part in ["Dry Run: true", "Actions: summarize, promote, expire, decay, archive", "Summarized: 2", "Promoted: 1", "Expired: 1", "Decayed: 1", "Archived: 1", "Audit Records: 0"] {
+    for part in [
+        "Dry Run: true",
+        "Actions: summarize, promote, expire, decay, archive",
+        "Summarized: 2",
+        "Promoted: 1",
+        "Expired: 1",
+        "Decayed: 1",
+        "Archived: 1",
+        "Audit Records: 0",
+    ] {
         assert!(text.contains(part), "{part} missing in {text}");
     }
 
@@ -141,30 +156,63 @@ fn filters_narrow_and_cannot_widen_the_boundary() {
     forbidden(ReflectRequest { scope: Some("acme/website".into()), ..ReflectRequest::default() });
 
     // Aliases are normalized; the budget is clamped.
-    let report = m.reflect(&c, ReflectRequest { actions_csv: Some("expiry, importance_decay,summary".into()), dry_run: true, limit: Some(1_000_000), ..ReflectRequest::default() }).unwrap();
+    let report = m
+        .reflect(
+            &c,
+            ReflectRequest {
+                actions_csv: Some("expiry, importance_decay,summary".into()),
+                dry_run: true,
+                limit: Some(1_000_000),
+                ..ReflectRequest::default()
+            },
+        )
+        .unwrap();
     let actions: Vec<&str> = report.actions.iter().map(|a| a.as_str()).collect();
     assert_eq!(actions, ["summarize", "expire", "decay"]);
     assert_eq!(report.filters.limit, hmg::memory::reflect::MAX_LIMIT);
     // A budget of 1 acts on one atom and says it stopped.
-    let small = m.reflect(&c, ReflectRequest { actions_csv: Some("expire,archive".into()), dry_run: true, limit: Some(1), ..ReflectRequest::default() }).unwrap();
+    let small = m
+        .reflect(
+            &c,
+            ReflectRequest { actions_csv: Some("expire,archive".into()), dry_run: true, limit: Some(1), ..ReflectRequest::default() },
+        )
+        .unwrap();
     assert_eq!(small.lifecycle.len(), 1);
     assert!(small.truncated);
     // bucket=personal: only tenant-wide atoms, of which there are none.
     let personal = m.reflect(&c, ReflectRequest { bucket: Some("personal".into()), dry_run: true, ..ReflectRequest::default() }).unwrap();
     assert_eq!(personal.lifecycle.len() + personal.summaries.len() + personal.promotions.len(), 0);
     // A window in the past misses the episodes; `since` overrides the hours.
-    let past = m.reflect(&c, ReflectRequest { since: Some("2020-01-01".into()), until: Some("2020-01-02T00:00:00Z".into()), dry_run: true, ..ReflectRequest::default() }).unwrap();
+    let past = m
+        .reflect(
+            &c,
+            ReflectRequest {
+                since: Some("2020-01-01".into()),
+                until: Some("2020-01-02T00:00:00Z".into()),
+                dry_run: true,
+                ..ReflectRequest::default()
+            },
+        )
+        .unwrap();
     assert_eq!((past.counts.summarized, past.counts.promoted), (0, 0));
     assert_eq!(past.filters.since, "2020-01-01T00:00:00Z");
     // Another repository's atom is outside a repository-bound caller's
     // boundary; a tenant-wide caller (an operator's token) reaches it.
-    let later = || ReflectRequest { actions_csv: Some("decay".into()), dry_run: true, until: Some((Utc::now() + Duration::days(40)).to_rfc3339()), ..ReflectRequest::default() };
+    let later = || ReflectRequest {
+        actions_csv: Some("decay".into()),
+        dry_run: true,
+        until: Some((Utc::now() + Duration::days(40)).to_rfc3339()),
+        ..ReflectRequest::default()
+    };
     let bound = m.reflect(&c, later()).unwrap();
     assert!(!bound.lifecycle.is_empty() && bound.lifecycle.iter().all(|l| l.atom_id != website), "{bound:#?}");
     let tenant_wide = Caller::new(hmg::Scope::tenant("alice"), "test");
     let all = m.reflect(&tenant_wide, later()).unwrap();
     assert!(all.lifecycle.iter().any(|l| l.atom_id == website), "{all:#?}");
-    assert!(matches!(m.reflect(&Caller::new(hmg::Scope::tenant("bob"), "test"), later()), Ok(r) if r.lifecycle.is_empty()), "another tenant sees nothing");
+    assert!(
+        matches!(m.reflect(&Caller::new(hmg::Scope::tenant("bob"), "test"), later()), Ok(r) if r.lifecycle.is_empty()),
+        "another tenant sees nothing"
+    );
 }
 
 #[test]
@@ -182,6 +230,8 @@ fn recall_records_when_atoms_are_returned() {
     assert_eq!(m.atom("alice", id(&atom)).unwrap().unwrap().recall_count, 2);
     // Three days on, it is not idle yet: nothing decays.
     let later = (Utc::now() + Duration::days(3)).to_rfc3339();
-    let report = m.reflect(&c, ReflectRequest { actions_csv: Some("decay".into()), until: Some(later), dry_run: true, ..ReflectRequest::default() }).unwrap();
+    let report = m
+        .reflect(&c, ReflectRequest { actions_csv: Some("decay".into()), until: Some(later), dry_run: true, ..ReflectRequest::default() })
+        .unwrap();
     assert_eq!(report.counts.decayed, 0);
 }

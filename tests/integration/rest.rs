@@ -42,7 +42,10 @@ fn the_seed_curl_examples_give_the_seed_shapes() {
     assert_success(&out, "seed 003 curl examples");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let answer = |label: &str| -> Value {
-        let line = text.lines().find(|l| l.split_once(' ').is_some_and(|(head, _)| head == label)).unwrap_or_else(|| panic!("no {label} in\n{text}"));
+        let line = text
+            .lines()
+            .find(|l| l.split_once(' ').is_some_and(|(head, _)| head == label))
+            .unwrap_or_else(|| panic!("no {label} in\n{text}"));
         serde_json::from_str(line.split_once(' ').unwrap().1).unwrap_or_else(|e| panic!("{label}: {e}\n{line}"))
     };
     // POST /add: {"results": [{"id", "memory", "event"}]}.
@@ -116,7 +119,11 @@ fn a_preference_changed_twice_leaves_one_memory_and_a_two_step_chain() {
     assert_eq!(third["event"], "UPDATE", "{third}");
     assert_eq!(third["previous_memory"], "Prefers spaces for indentation");
     // Someone else's memory with the same words is not touched.
-    let (_, other) = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": "I prefer tabs for indentation."}], "user_id": "bob", "agent_id": "editor"})));
+    let (_, other) = http(
+        "POST",
+        &api(&served, "/add"),
+        Some(&json!({"messages": [{"role": "user", "content": "I prefer tabs for indentation."}], "user_id": "bob", "agent_id": "editor"})),
+    );
     assert_eq!(other["results"][0]["event"], "ADD", "{other}");
     let (_, listed) = http("GET", &api(&served, "?user_id=alice&agent_id=editor"), None);
     let active = listed["results"].as_array().unwrap();
@@ -126,18 +133,31 @@ fn a_preference_changed_twice_leaves_one_memory_and_a_two_step_chain() {
     let events: Vec<&str> = history.as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(events, ["ADD", "UPDATE", "UPDATE"], "two-step evolution chain: {history}");
     // The same in Chinese and Japanese: a change of preference is an update.
-    let zh = |text: &str| http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "li"}))).1;
+    let zh = |text: &str| {
+        http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "li"}))).1
+    };
     assert_eq!(zh("我喜欢喝咖啡。")["results"][0]["event"], "ADD");
     assert_eq!(zh("我不再喜欢喝咖啡。")["results"][0]["event"], "DELETE");
-    let ja = |text: &str| http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "sato"}))).1;
+    let ja = |text: &str| {
+        http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "sato"}))).1
+    };
     assert_eq!(ja("私は緑茶が好きです。")["results"][0]["memory"], "緑茶が好き");
     // An assistant message alone caches an answer.
-    let cached = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "assistant", "content": "The deploy script lives in scripts/deploy.sh."}], "agent_id": "ops"}))).1;
+    let cached = http(
+        "POST",
+        &api(&served, "/add"),
+        Some(&json!({"messages": [{"role": "assistant", "content": "The deploy script lives in scripts/deploy.sh."}], "agent_id": "ops"})),
+    )
+    .1;
     assert_eq!(cached["results"][0]["event"], "ADD", "{cached}");
     // infer=false stores the messages' text as it is (system messages aside).
     let raw = http("POST", &api(&served, "/add"), Some(&json!({"infer": false, "agent_id": "raw", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello! I prefer tabs."}]}))).1;
     assert_eq!(raw["results"].as_array().unwrap().len(), 1, "{raw}");
-    assert_eq!((raw["results"][0]["event"].as_str(), raw["results"][0]["memory"].as_str()), (Some("ADD"), Some("Hello! I prefer tabs.")), "{raw}");
+    assert_eq!(
+        (raw["results"][0]["event"].as_str(), raw["results"][0]["memory"].as_str()),
+        (Some("ADD"), Some("Hello! I prefer tabs.")),
+        "{raw}"
+    );
     // DELETE / negates every memory of one scope only.
     let (status, gone) = http("DELETE", &api(&served, "?user_id=alice&agent_id=editor"), None);
     assert_eq!((status, gone["deleted"].as_u64()), (200, Some(1)), "{gone}");
@@ -153,7 +173,13 @@ fn malformed_requests_get_a_clear_4xx() {
     let served = Served::start(&tmp.path().join("store"));
     let cases: Vec<(&str, String, Option<Value>, u16, &str)> = vec![
         ("POST", api(&served, "/add"), Some(json!({"messages": [{"role": "user", "content": "x"}]})), 400, "user_id"),
-        ("POST", api(&served, "/add"), Some(json!({"messages": [{"role": "robot", "content": "hi"}], "user_id": "a"})), 400, "unknown role 'robot'"),
+        (
+            "POST",
+            api(&served, "/add"),
+            Some(json!({"messages": [{"role": "robot", "content": "hi"}], "user_id": "a"})),
+            400,
+            "unknown role 'robot'",
+        ),
         ("POST", api(&served, "/add"), Some(json!({"messages": "hello", "user_id": "a"})), 400, "messages"),
         ("POST", api(&served, "/add"), Some(json!({"messages": [], "user_id": "a", "metadata": {}})), 400, "metadata"),
         ("POST", api(&served, "/search"), Some(json!({"query": "", "agent_id": "a"})), 400, "query"),
@@ -172,9 +198,17 @@ fn malformed_requests_get_a_clear_4xx() {
         assert!(answer.to_string().contains(needle), "{method} {url}: {answer} should mention {needle}");
     }
     // Not JSON at all, and the wrong content type.
-    let out = Command::new("curl").args(["-sS", "-w", "\n%{http_code}", "-X", "POST", "-H", "Content-Type: application/json", "-d", "{not json"]).arg(api(&served, "/add")).output().unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code}", "-X", "POST", "-H", "Content-Type: application/json", "-d", "{not json"])
+        .arg(api(&served, "/add"))
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).ends_with("400"));
-    let out = Command::new("curl").args(["-sS", "-w", "\n%{http_code}", "-X", "POST", "-H", "Content-Type: text/plain", "-d", "{}"]).arg(api(&served, "/search")).output().unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code}", "-X", "POST", "-H", "Content-Type: text/plain", "-d", "{}"])
+        .arg(api(&served, "/search"))
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).ends_with("415"));
     assert_eq!(http("GET", &format!("{}/healthz", served.url), None).0, 200);
 }
@@ -214,10 +248,16 @@ fn an_openai_compatible_endpoint_extracts_and_a_failing_one_falls_back() {
     let base = format!("{}/v1", endpoint.url);
     let served = Served::start_with(
         &tmp.path().join("store"),
-        &[("HMG_EXTRACT_BASE_URL", &base), ("HMG_EXTRACT_MODEL", "fake-model"), ("HMG_EXTRACT_API_KEY", "sk-test-key"), ("HMG_EXTRACT_TIMEOUT_SECS", "2")],
+        &[
+            ("HMG_EXTRACT_BASE_URL", &base),
+            ("HMG_EXTRACT_MODEL", "fake-model"),
+            ("HMG_EXTRACT_API_KEY", "sk-test-key"),
+            ("HMG_EXTRACT_TIMEOUT_SECS", "2"),
+        ],
     );
     let add = |text: &str| {
-        let (status, answer) = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "alice"})));
+        let (status, answer) =
+            http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": text}], "user_id": "alice"})));
         assert_eq!(status, 200, "{answer}");
         answer
     };
@@ -282,7 +322,11 @@ fn purge_destroys_the_text_of_every_version_and_keeps_the_audit_trail() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let served = Served::start(&store);
-    let (_, added) = http("POST", &api(&served, "/add"), Some(&json!({"messages": [{"role": "user", "content": "My locker code is 4711-QUOKKA."}], "user_id": "u"})));
+    let (_, added) = http(
+        "POST",
+        &api(&served, "/add"),
+        Some(&json!({"messages": [{"role": "user", "content": "My locker code is 4711-QUOKKA."}], "user_id": "u"})),
+    );
     let id = added["results"][0]["id"].as_str().unwrap().to_owned();
     let (status, _) = http("PUT", &api(&served, &format!("/{id}")), Some(&json!({"data": "Locker code is 9999-WOMBAT"})));
     assert_eq!(status, 200);

@@ -116,7 +116,10 @@ impl RawMcp {
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut session = RawMcp { child, stdin, lines, next_id: 1 };
-        session.request("initialize", json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "secrets", "version": "1" } }));
+        session.request(
+            "initialize",
+            json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "secrets", "version": "1" } }),
+        );
         session.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
         session
     }
@@ -173,7 +176,9 @@ fn every_text_argument_of_every_writing_tool_is_redacted_on_disk() {
         }
         let properties = tool["inputSchema"]["properties"].as_object().cloned().unwrap_or_default();
         for round in 0..3 {
-            let target = session.call("memory_memorize", json!({ "content": format!("A plain memory for {name} round {round}") }))["atom_id"].clone();
+            let target =
+                session.call("memory_memorize", json!({ "content": format!("A plain memory for {name} round {round}") }))["atom_id"]
+                    .clone();
             let mut arguments = serde_json::Map::new();
             for (field, schema) in &properties {
                 let is_string = schema["type"] == "string" || schema["type"].as_array().is_some_and(|t| t.contains(&json!("string")));
@@ -205,7 +210,16 @@ fn every_text_argument_of_every_writing_tool_is_redacted_on_disk() {
     session.stop();
     covered.sort();
     covered.dedup();
-    for expected in ["memory_memorize.content", "memory_memorize.source", "memory_handoff.summary", "memory_handoff.source", "memory_correct.reason", "memory_correct.new_content", "memory_govern.reason", "memory_govern.lesson_content"] {
+    for expected in [
+        "memory_memorize.content",
+        "memory_memorize.source",
+        "memory_handoff.summary",
+        "memory_handoff.source",
+        "memory_correct.reason",
+        "memory_correct.new_content",
+        "memory_govern.reason",
+        "memory_govern.lesson_content",
+    ] {
         assert!(covered.iter().any(|c| c == expected), "{expected} was not exercised: {covered:?}");
     }
     let leaks = leaks(&store, &used);
@@ -225,7 +239,10 @@ fn secrets_never_reach_disk_through_any_surface() {
             let long = format!("{prefix} {}", text.replace('\n', " "));
             if long.chars().count() <= 200 { long } else { format!("{prefix} (long)") }
         };
-        lines.push_str(&json!({ "content": format!("imported {n}: {text}"), "source": short("import"), "session_id": short(&format!("s-{n}")) }).to_string());
+        lines.push_str(
+            &json!({ "content": format!("imported {n}: {text}"), "source": short("import"), "session_id": short(&format!("s-{n}")) })
+                .to_string(),
+        );
         lines.push('\n');
     }
     let file = tmp.path().join("secrets.jsonl");

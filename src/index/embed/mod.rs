@@ -10,9 +10,9 @@
 //! ([`EmbedError`]), never a panic; HMG then recalls on keyword + graph and
 //! reports semantic coverage 0.
 
-pub mod onnx;
 #[cfg(feature = "e5")]
 pub mod e5;
+pub mod onnx;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,7 +117,9 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
             "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
             "onnx" => Arc::new(onnx::OnnxEmbedder::from_env()?),
             other => {
-                return Err(EmbedError::Backend(format!("unknown HMG_EMBEDDER model '{other}'; expected e5, onnx (joined with +) or none")));
+                return Err(EmbedError::Backend(format!(
+                    "unknown HMG_EMBEDDER model '{other}'; expected e5, onnx (joined with +) or none"
+                )));
             }
         };
         loaded.get_or_insert_with(HashMap::new).insert(key, Arc::clone(&embedder));

@@ -73,20 +73,17 @@ impl OnnxEmbedder {
         // made, so several models can share it.
         let _builder = ort::init_from(runtime).map_err(|e| EmbedError::Runtime { path: runtime.to_path_buf(), message: e.to_string() })?;
         let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
-        let options = InitOptionsUserDefined::new()
-            .with_intra_threads(threads())
-            .with_max_length(256);
-        let mut embedding =
-            TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| EmbedError::Backend(e.to_string()))?;
+        let options = InitOptionsUserDefined::new().with_intra_threads(threads()).with_max_length(256);
+        let mut embedding = TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| EmbedError::Backend(e.to_string()))?;
         let probe = embedding.embed(["probe"], None).map_err(|e| EmbedError::Backend(e.to_string()))?;
         let dims = probe.first().map(Vec::len).unwrap_or(0);
         if dims == 0 {
             return Err(EmbedError::Backend("the model returned an empty vector".into()));
         }
         let name = model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "onnx".into());
-        let languages = std::fs::read_to_string(model_dir.join("languages")).ok().map(|text| {
-            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
-        });
+        let languages = std::fs::read_to_string(model_dir.join("languages"))
+            .ok()
+            .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect());
         Ok(OnnxEmbedder { model: Mutex::new(embedding), id: format!("onnx:{name}:{dims}"), dims, languages })
     }
 }

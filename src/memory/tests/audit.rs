@@ -9,13 +9,17 @@ use super::{caller, memory, remember};
 fn filled() -> (crate::Memory, Vec<String>) {
     let m = memory();
     let c = caller("hmg");
-    let ids = vec![
-        remember(&m, &c, "first memory"),
-        remember(&m, &c, "第二条记忆"),
-        remember(&m, &c, "三つ目の記憶"),
-    ];
-    m.correct(&c, crate::CorrectRequest { target_atom: ids[0].clone(), action: crate::CorrectAction::Demote, reason: "unsure".into(), new_content: None })
-        .unwrap();
+    let ids = vec![remember(&m, &c, "first memory"), remember(&m, &c, "第二条记忆"), remember(&m, &c, "三つ目の記憶")];
+    m.correct(
+        &c,
+        crate::CorrectRequest {
+            target_atom: ids[0].clone(),
+            action: crate::CorrectAction::Demote,
+            reason: "unsure".into(),
+            new_content: None,
+        },
+    )
+    .unwrap();
     (m, ids)
 }
 

@@ -5,7 +5,7 @@
 mod audit;
 mod queries;
 
-use crate::{AtomId, Caller, Effect, Memory, MemorizeRequest, Scope};
+use crate::{AtomId, Caller, Effect, MemorizeRequest, Memory, Scope};
 
 /// A caller in repository `repo` of tenant `alice`, branch main.
 fn caller(repo: &str) -> Caller {

@@ -24,22 +24,28 @@ fn every_query_returns_its_golden_rows() {
     let c = caller("hmg");
     let a = remember(&m, &c, "主数据库用 MongoDB");
     let b = m
-        .correct(&c, crate::CorrectRequest {
-            target_atom: a.clone(),
-            action: crate::CorrectAction::Replace,
-            reason: "迁移".into(),
-            new_content: Some("主数据库用 PostgreSQL 16".into()),
-        })
+        .correct(
+            &c,
+            crate::CorrectRequest {
+                target_atom: a.clone(),
+                action: crate::CorrectAction::Replace,
+                reason: "迁移".into(),
+                new_content: Some("主数据库用 PostgreSQL 16".into()),
+            },
+        )
         .unwrap()
         .new_atom_id
         .unwrap();
     let lesson = m
-        .govern(&c, crate::GovernRequest {
-            target_atom: a.clone(),
-            action: crate::GovernAction::DeriveLesson,
-            reason: "history".into(),
-            lesson_content: Some("数据库选型必须评估事务需求".into()),
-        })
+        .govern(
+            &c,
+            crate::GovernRequest {
+                target_atom: a.clone(),
+                action: crate::GovernAction::DeriveLesson,
+                reason: "history".into(),
+                lesson_content: Some("数据库选型必须评估事务需求".into()),
+            },
+        )
         .unwrap()
         .lesson_atom_id
         .unwrap();

@@ -113,7 +113,13 @@ impl Metrics {
         self.hit1 += f64::from(hits_at(1) > 0.0);
         self.hit5 += f64::from(hits_at(5) > 0.0);
         self.hit10 += f64::from(hits_at(10) > 0.0);
-        let dcg: f64 = ranked.iter().take(10).enumerate().filter(|(_, id)| gold_set.contains(id.as_str())).map(|(i, _)| 1.0 / ((i + 2) as f64).log2()).sum();
+        let dcg: f64 = ranked
+            .iter()
+            .take(10)
+            .enumerate()
+            .filter(|(_, id)| gold_set.contains(id.as_str()))
+            .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
+            .sum();
         let idcg: f64 = (0..gold_set.len().min(10)).map(|i| 1.0 / ((i + 2) as f64).log2()).sum();
         self.ndcg10 += if idcg > 0.0 { dcg / idcg } else { 0.0 };
         self.mrr10 += ranked.iter().take(10).position(|id| gold_set.contains(id.as_str())).map_or(0.0, |p| 1.0 / (p + 1) as f64);
@@ -121,7 +127,9 @@ impl Metrics {
 
     fn finish(mut self) -> Metrics {
         let n = self.queries.max(1) as f64;
-        for v in [&mut self.r1, &mut self.r5, &mut self.r10, &mut self.hit1, &mut self.hit5, &mut self.hit10, &mut self.ndcg10, &mut self.mrr10] {
+        for v in
+            [&mut self.r1, &mut self.r5, &mut self.r10, &mut self.hit1, &mut self.hit5, &mut self.hit10, &mut self.ndcg10, &mut self.mrr10]
+        {
             *v /= n;
         }
         self
@@ -160,7 +168,11 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, EvalE
         if line.trim().is_empty() {
             continue;
         }
-        out.push(serde_json::from_str(&line).map_err(|e| EvalError::Format { path: path.to_path_buf(), line: index + 1, message: e.to_string() })?);
+        out.push(serde_json::from_str(&line).map_err(|e| EvalError::Format {
+            path: path.to_path_buf(),
+            line: index + 1,
+            message: e.to_string(),
+        })?);
     }
     Ok(out)
 }
@@ -212,11 +224,7 @@ pub(crate) fn run(
     let queries: Vec<BenchQuery> = read_jsonl(queries_path)?;
     let mut memory = Memory::open_with(None, options)?;
     let models: Vec<&str> = memory.indexes().semantic().iter().map(|s| s.embedder.id()).collect();
-    let embedder = if models.is_empty() {
-        memory.indexes().semantic_note().unwrap_or("none").to_owned()
-    } else {
-        models.join(" + ")
-    };
+    let embedder = if models.is_empty() { memory.indexes().semantic_note().unwrap_or("none").to_owned() } else { models.join(" + ") };
     progress(&format!("embedder: {embedder}"));
     let caller_for = |sample: &str| Caller::new(Scope::tenant("eval").with_workspace("bench").with_repository(sample), "eval");
 
@@ -227,9 +235,8 @@ pub(crate) fn run(
         if let Some(caption) = &m.image_caption {
             content.push_str(&format!(" [image: {caption}]"));
         }
-        let mut request = MemorizeRequest::new(content)
-            .with_kind(Kind::Episode)
-            .with_source(m.speaker.clone().unwrap_or_else(|| "user".to_owned()));
+        let mut request =
+            MemorizeRequest::new(content).with_kind(Kind::Episode).with_source(m.speaker.clone().unwrap_or_else(|| "user".to_owned()));
         request.session_id = m.session_id.clone();
         request.created_at = m.timestamp.as_deref().and_then(parse_timestamp);
         let outcome = memory.memorize(&caller_for(&m.sample_id), request)?;
@@ -251,13 +258,7 @@ pub(crate) fn run(
             progress(&format!("tuning {tuning}"));
         }
         let report = score(&memory, &queries, &ids_of_atom, if index == 0 { run_out } else { None }, depth, progress)?;
-        reports.push(EvalReport {
-            memories: memories.len(),
-            ingest_seconds,
-            embedder: embedder.clone(),
-            tuning,
-            ..report
-        });
+        reports.push(EvalReport { memories: memories.len(), ingest_seconds, embedder: embedder.clone(), tuning, ..report });
     }
     Ok(reports)
 }
@@ -273,7 +274,10 @@ fn score(
 ) -> Result<EvalReport, EvalError> {
     let caller_for = |sample: &str| Caller::new(Scope::tenant("eval").with_workspace("bench").with_repository(sample), "eval");
     let mut run_file = match run_out {
-        Some(path) => Some((path, std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?))),
+        Some(path) => Some((
+            path,
+            std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?),
+        )),
         None => None,
     };
     let mut categories: BTreeMap<String, Metrics> = BTreeMap::new();
@@ -285,7 +289,10 @@ fn score(
         let chars: Vec<char> = q.question.chars().collect();
         let question: String = chars[chars.len().saturating_sub(MAX_QUERY_CHARS)..].iter().collect();
         let t = Instant::now();
-        let outcome = memory.recall(&caller_for(&q.sample_id), RecallRequest { max_results: depth.clamp(10, crate::recall::MAX_RESULTS), ..RecallRequest::new(question) })?;
+        let outcome = memory.recall(
+            &caller_for(&q.sample_id),
+            RecallRequest { max_results: depth.clamp(10, crate::recall::MAX_RESULTS), ..RecallRequest::new(question) },
+        )?;
         latencies.push(t.elapsed());
         let mut ranked: Vec<String> = Vec::new();
         for atom in &outcome.atoms {
@@ -330,10 +337,22 @@ pub(crate) fn render(report: &EvalReport, out: &mut dyn Write) -> std::io::Resul
     if let Some(tuning) = &report.tuning {
         writeln!(out, "tuning: {tuning}")?;
     }
-    writeln!(out, "{} memories ingested in {:.1} s; recall p50 {:.2} ms, p95 {:.2} ms", report.memories, report.ingest_seconds, report.recall_p50_ms, report.recall_p95_ms)?;
-    writeln!(out, "{:<14} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}", "category", "n", "R@1", "R@5", "R@10", "Hit@1", "Hit@5", "Hit@10", "NDCG@10", "MRR@10")?;
+    writeln!(
+        out,
+        "{} memories ingested in {:.1} s; recall p50 {:.2} ms, p95 {:.2} ms",
+        report.memories, report.ingest_seconds, report.recall_p50_ms, report.recall_p95_ms
+    )?;
+    writeln!(
+        out,
+        "{:<14} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}",
+        "category", "n", "R@1", "R@5", "R@10", "Hit@1", "Hit@5", "Hit@10", "NDCG@10", "MRR@10"
+    )?;
     let row = |out: &mut dyn Write, name: &str, m: &Metrics| {
-        writeln!(out, "{:<14} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>8.3} {:>7.3}", name, m.queries, m.r1, m.r5, m.r10, m.hit1, m.hit5, m.hit10, m.ndcg10, m.mrr10)
+        writeln!(
+            out,
+            "{:<14} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>8.3} {:>7.3}",
+            name, m.queries, m.r1, m.r5, m.r10, m.hit1, m.hit5, m.hit10, m.ndcg10, m.mrr10
+        )
     };
     for (name, m) in &report.categories {
         row(out, name, m)?;

@@ -428,23 +428,34 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
             };
             report_bad_input(&error.to_string(), field, json, out, err)
         }
-        Err(CliError::Eval(error @ (crate::surface::cli::eval::EvalError::Io { .. } | crate::surface::cli::eval::EvalError::Format { .. }))) => {
-            report_bad_input(&error.to_string(), None, json, out, err)
-        }
+        Err(CliError::Eval(
+            error @ (crate::surface::cli::eval::EvalError::Io { .. } | crate::surface::cli::eval::EvalError::Format { .. }),
+        )) => report_bad_input(&error.to_string(), None, json, out, err),
         Err(CliError::Eval(crate::surface::cli::eval::EvalError::Memory(error @ MemoryError::InvalidInput { field, .. }))) => {
             report_bad_input(&error.to_string(), Some(field), json, out, err)
         }
-        Err(error @ (CliError::Input { .. } | CliError::Serve(crate::surface::http::ServeError::BadAddress(_) | crate::surface::http::ServeError::Unauthenticated(_)))) => {
-            report_bad_input(&error.to_string(), None, json, out, err)
-        }
+        Err(
+            error @ (CliError::Input { .. }
+            | CliError::Serve(
+                crate::surface::http::ServeError::BadAddress(_) | crate::surface::http::ServeError::Unauthenticated(_),
+            )),
+        ) => report_bad_input(&error.to_string(), None, json, out, err),
         Err(CliError::Hook(crate::surface::hook::HookError::Tool(crate::tools::ToolError::Invalid { message, field }))) => {
             report_bad_input(&message, field.as_deref(), json, out, err)
         }
-        Err(error @ CliError::Hook(crate::surface::hook::HookError::Input(_))) => report_bad_input(&error.to_string(), None, json, out, err),
-        Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => report_bad_input(&message, field.as_deref(), json, out, err),
+        Err(error @ CliError::Hook(crate::surface::hook::HookError::Input(_))) => {
+            report_bad_input(&error.to_string(), None, json, out, err)
+        }
+        Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => {
+            report_bad_input(&message, field.as_deref(), json, out, err)
+        }
         Err(CliError::Tool(crate::tools::ToolError::Forbidden(message))) => report_bad_input(&message, None, json, out, err),
-        Err(CliError::Token(error @ crate::surface::token::TokenError::Invalid { field, .. })) => report_bad_input(&error.to_string(), Some(field), json, out, err),
-        Err(error @ CliError::Token(crate::surface::token::TokenError::NotFound(_))) => report_bad_input(&error.to_string(), None, json, out, err),
+        Err(CliError::Token(error @ crate::surface::token::TokenError::Invalid { field, .. })) => {
+            report_bad_input(&error.to_string(), Some(field), json, out, err)
+        }
+        Err(error @ CliError::Token(crate::surface::token::TokenError::NotFound(_))) => {
+            report_bad_input(&error.to_string(), None, json, out, err)
+        }
         other => other,
     }
 }
@@ -481,7 +492,11 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         return redact_command(text, cli.json, out);
     }
     if let Command::SparqlWorker { snapshot, tenant, accept, timeout_ms, max_result_bytes, max_memory_bytes } = &cli.command {
-        let limits = crate::surface::sparql::Limits { timeout: std::time::Duration::from_millis(*timeout_ms), max_result_bytes: *max_result_bytes, max_memory_bytes: *max_memory_bytes };
+        let limits = crate::surface::sparql::Limits {
+            timeout: std::time::Duration::from_millis(*timeout_ms),
+            max_result_bytes: *max_result_bytes,
+            max_memory_bytes: *max_memory_bytes,
+        };
         let code = crate::surface::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
         return Ok(if code == 0 { Exit::Ok } else { Exit::Rejected });
     }
@@ -505,14 +520,24 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
 
 /// `hmg token create|list|revoke` (no store lock needed: tokens live in
 /// their own file, which a running server reloads).
-fn tokens(dir: &std::path::Path, command: &TokenCommand, tenant: Option<String>, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
+fn tokens(
+    dir: &std::path::Path,
+    command: &TokenCommand,
+    tenant: Option<String>,
+    json: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Exit, CliError> {
     let store = crate::surface::token::TokenStore::new(dir);
     match command {
         TokenCommand::Create { scopes, name } => {
             let tenant = tenant.unwrap_or_else(crate::scope::os_user);
             let (record, secret) = store.create(&tenant, scopes, name.clone())?;
             if json {
-                write_json(out, &serde_json::json!({ "id": record.id, "tenant": record.tenant, "scopes": record.scopes, "token": secret }))?;
+                write_json(
+                    out,
+                    &serde_json::json!({ "id": record.id, "tenant": record.tenant, "scopes": record.scopes, "token": secret }),
+                )?;
             } else {
                 writeln!(out, "{secret}")?;
                 writeln!(err, "token {} for tenant {} ({}); shown once, store it now", record.id, record.tenant, record.scopes.join(", "))?;
@@ -611,7 +636,11 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
                 }
             };
             let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
-            let server = crate::surface::mcp::HmgServer::new(std::sync::Arc::clone(&shared), crate::surface::mcp::ScopeResolver::local(key), format!("mcp:{}", crate::scope::os_user()));
+            let server = crate::surface::mcp::HmgServer::new(
+                std::sync::Arc::clone(&shared),
+                crate::surface::mcp::ScopeResolver::local(key),
+                format!("mcp:{}", crate::scope::os_user()),
+            );
             runtime()?.block_on(crate::surface::mcp::serve_stdio(server))?;
             shared.flush()?;
             Ok(Exit::Ok)
@@ -642,10 +671,16 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
 
 /// Runs a tool through the process that holds the store (this CLI could
 /// not open it) and reads its output back as the facade's type.
-fn relayed<T: serde::de::DeserializeOwned>(shared: &crate::tools::relay::SharedMemory, caller: &Caller, tool: &str, arguments: serde_json::Value) -> Result<T, CliError> {
+fn relayed<T: serde::de::DeserializeOwned>(
+    shared: &crate::tools::relay::SharedMemory,
+    caller: &Caller,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> Result<T, CliError> {
     let call = crate::tools::ToolCall::decode(tool, arguments)?;
     let value = shared.call(call, caller)?;
-    serde_json::from_value(value).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(format!("unexpected answer from the store's owner: {e}"))))
+    serde_json::from_value(value)
+        .map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(format!("unexpected answer from the store's owner: {e}"))))
 }
 
 fn dispatch(
@@ -674,7 +709,9 @@ fn dispatch(
                     request.expires_at = expires_at;
                     memory.memorize(&caller, request)?
                 }
-                (None, Kind::Fact) if expires_at.is_none() => relayed(shared, &caller, "memory_memorize", serde_json::json!({ "content": content, "source": source }))?,
+                (None, Kind::Fact) if expires_at.is_none() => {
+                    relayed(shared, &caller, "memory_memorize", serde_json::json!({ "content": content, "source": source }))?
+                }
                 (None, _) => return Err(in_use()),
             };
             if json {
@@ -693,8 +730,14 @@ fn dispatch(
         }
         Command::Recall { query, max_results, include_negated, explain } => {
             let outcome: crate::RecallOutcome = match &local {
-                Some(memory) => memory.recall(&caller, crate::RecallRequest { max_results, include_negated, explain, ..crate::RecallRequest::new(query) })?,
-                None => relayed(shared, &caller, "memory_recall", serde_json::json!({ "query": query, "max_results": max_results, "include_negated": include_negated, "explain": explain }))?,
+                Some(memory) => memory
+                    .recall(&caller, crate::RecallRequest { max_results, include_negated, explain, ..crate::RecallRequest::new(query) })?,
+                None => relayed(
+                    shared,
+                    &caller,
+                    "memory_recall",
+                    serde_json::json!({ "query": query, "max_results": max_results, "include_negated": include_negated, "explain": explain }),
+                )?,
             };
             if json {
                 write_json(out, &outcome)?;
@@ -723,16 +766,35 @@ fn dispatch(
                 }
             })?;
             let stats = memory.stats(&caller)?;
-            writeln!(out, "reindexed in {:.1} s: keyword {}, semantic {}", started.elapsed().as_secs_f64(), stats.indexes.keyword, stats.indexes.semantic)?;
+            writeln!(
+                out,
+                "reindexed in {:.1} s: keyword {}, semantic {}",
+                started.elapsed().as_secs_f64(),
+                stats.indexes.keyword,
+                stats.indexes.semantic
+            )?;
             Ok(Exit::Ok)
         }
         // `execute` runs evaluations before any store is opened (they use a
         // fresh in-memory one), so they never reach this dispatcher.
-        Command::Eval { .. } | Command::SparqlWorker { .. } | Command::Redact { .. } | Command::Mcp | Command::Serve { .. } | Command::Hook { .. } | Command::Token { .. } => Ok(Exit::Ok),
+        Command::Eval { .. }
+        | Command::SparqlWorker { .. }
+        | Command::Redact { .. }
+        | Command::Mcp
+        | Command::Serve { .. }
+        | Command::Hook { .. }
+        | Command::Token { .. } => Ok(Exit::Ok),
         Command::Correct { atom, action, reason, new_content } => {
             let outcome: crate::CorrectOutcome = match &local {
-                Some(memory) => memory.correct(&caller, CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content })?,
-                None => relayed(shared, &caller, "memory_correct", serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "new_content": new_content }))?,
+                Some(memory) => {
+                    memory.correct(&caller, CorrectRequest { target_atom: atom, action: action.parse()?, reason, new_content })?
+                }
+                None => relayed(
+                    shared,
+                    &caller,
+                    "memory_correct",
+                    serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "new_content": new_content }),
+                )?,
             };
             if json {
                 write_json(out, &outcome)?;
@@ -747,8 +809,15 @@ fn dispatch(
         }
         Command::Govern { atom, action, reason, lesson_content } => {
             let outcome: crate::GovernOutcome = match &local {
-                Some(memory) => memory.govern(&caller, GovernRequest { target_atom: atom, action: action.parse()?, reason, lesson_content })?,
-                None => relayed(shared, &caller, "memory_govern", serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "lesson_content": lesson_content }))?,
+                Some(memory) => {
+                    memory.govern(&caller, GovernRequest { target_atom: atom, action: action.parse()?, reason, lesson_content })?
+                }
+                None => relayed(
+                    shared,
+                    &caller,
+                    "memory_govern",
+                    serde_json::json!({ "target_atom": atom, "action": action, "reason": reason, "lesson_content": lesson_content }),
+                )?,
             };
             if json {
                 write_json(out, &outcome)?;
@@ -776,7 +845,19 @@ fn dispatch(
             }
             Ok(exit_for(outcome.effect))
         }
-        Command::Reflect { actions, dry_run, time_window_hours, since, until, path_filter, owner_filter, bucket, within, team_id, limit } => {
+        Command::Reflect {
+            actions,
+            dry_run,
+            time_window_hours,
+            since,
+            until,
+            path_filter,
+            owner_filter,
+            bucket,
+            within,
+            team_id,
+            limit,
+        } => {
             let args = crate::tools::ReflectArgs {
                 actions_csv: actions,
                 dry_run: Some(dry_run),
@@ -793,7 +874,12 @@ fn dispatch(
             };
             let report: crate::ReflectReport = match &local {
                 Some(memory) => memory.reflect(&caller, args.request())?,
-                None => relayed(shared, &caller, "reflect", serde_json::to_value(&args).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(e.to_string())))?)?,
+                None => relayed(
+                    shared,
+                    &caller,
+                    "reflect",
+                    serde_json::to_value(&args).map_err(|e| CliError::Tool(crate::tools::ToolError::Internal(e.to_string())))?,
+                )?,
             };
             if json {
                 write_json(out, &report)?;
@@ -810,9 +896,17 @@ fn dispatch(
             if json {
                 write_json(out, &stats)?;
             } else {
-                writeln!(out, "atoms: {}\nedges: {}\nindexes: semantic {}, keyword {}, temporal {}, categorical {}\nsnapshot_version: {}",
-                    stats.atoms, stats.edges, stats.indexes.semantic, stats.indexes.keyword,
-                    stats.indexes.temporal, stats.indexes.categorical, stats.snapshot_version)?;
+                writeln!(
+                    out,
+                    "atoms: {}\nedges: {}\nindexes: semantic {}, keyword {}, temporal {}, categorical {}\nsnapshot_version: {}",
+                    stats.atoms,
+                    stats.edges,
+                    stats.indexes.semantic,
+                    stats.indexes.keyword,
+                    stats.indexes.temporal,
+                    stats.indexes.categorical,
+                    stats.snapshot_version
+                )?;
             }
             Ok(Exit::Ok)
         }
@@ -831,8 +925,15 @@ fn dispatch(
                 }
                 writeln!(out, "audit:")?;
                 for e in &history.audit {
-                    writeln!(out, "  #{} {} {} by {}{}", e.seq, e.time, e.action, e.actor,
-                        e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())?;
+                    writeln!(
+                        out,
+                        "  #{} {} {} by {}{}",
+                        e.seq,
+                        e.time,
+                        e.action,
+                        e.actor,
+                        e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                    )?;
                 }
             }
             Ok(Exit::Ok)
@@ -868,8 +969,14 @@ fn dispatch(
                 let result = if json {
                     serde_json::to_string(line).map_err(|e| std::io::Error::other(e.to_string())).and_then(|t| writeln!(out, "{t}"))
                 } else {
-                    writeln!(out, "line {}: {} {}{}", line.line, line.effect.as_str(), line.atom_id.as_deref().unwrap_or("-"),
-                        line.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
+                    writeln!(
+                        out,
+                        "line {}: {} {}{}",
+                        line.line,
+                        line.effect.as_str(),
+                        line.atom_id.as_deref().unwrap_or("-"),
+                        line.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+                    )
                 };
                 let result = result.and_then(|()| out.flush());
                 if let Err(error) = result {
@@ -879,7 +986,11 @@ fn dispatch(
             if let Some(error) = progress_error {
                 return Err(CliError::Output(error));
             }
-            writeln!(err, "imported {} lines: {} applied, {} no_op, {} rejected", report.lines, report.applied, report.no_op, report.rejected)?;
+            writeln!(
+                err,
+                "imported {} lines: {} applied, {} no_op, {} rejected",
+                report.lines, report.applied, report.no_op, report.rejected
+            )?;
             Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
         }
         Command::Sparql { file, format } => {
@@ -898,7 +1009,13 @@ fn dispatch(
                 "tsv" => "text/tab-separated-values",
                 "turtle" => "text/turtle",
                 "ntriples" => "application/n-triples",
-                other => return Err(MemoryError::invalid("format", format!("unknown format '{other}'; expected json, xml, csv, tsv, turtle or ntriples")).into()),
+                other => {
+                    return Err(MemoryError::invalid(
+                        "format",
+                        format!("unknown format '{other}'; expected json, xml, csv, tsv, turtle or ntriples"),
+                    )
+                    .into());
+                }
             };
             // Evaluated like the server does: in a worker process over a
             // read-only checkpoint, so the limits hold.
@@ -914,9 +1031,11 @@ fn dispatch(
                     out.write_all(&answer.body)?;
                     Ok(Exit::Ok)
                 }
-                Err(error @ crate::surface::sparql::SparqlError::NotAcceptable(_)) => {
-                    Err(MemoryError::invalid("format", format!("{error}: a SELECT/ASK query takes json, xml, csv or tsv; CONSTRUCT/DESCRIBE take turtle or ntriples")).into())
-                }
+                Err(error @ crate::surface::sparql::SparqlError::NotAcceptable(_)) => Err(MemoryError::invalid(
+                    "format",
+                    format!("{error}: a SELECT/ASK query takes json, xml, csv or tsv; CONSTRUCT/DESCRIBE take turtle or ntriples"),
+                )
+                .into()),
                 Err(error) => report_bad_input(&error.to_string(), None, json, out, err),
             }
         }
@@ -937,21 +1056,32 @@ fn dispatch(
             let results = memory.verify_audit(explicit_tenant.as_deref())?;
             let ok = results.iter().all(|r| r.first_broken.is_none());
             if json {
-                let tenants: Vec<_> = results.iter().map(|r| serde_json::json!({
-                    "tenant": r.tenant,
-                    "entries": r.entries,
-                    "ok": r.first_broken.is_none(),
-                    "first_broken": r.first_broken.as_ref().map(|b| serde_json::json!({
-                        "seq": b.seq, "entry": b.entry.map(|e| e.to_string()), "problem": b.problem,
-                    })),
-                })).collect();
+                let tenants: Vec<_> = results
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "tenant": r.tenant,
+                            "entries": r.entries,
+                            "ok": r.first_broken.is_none(),
+                            "first_broken": r.first_broken.as_ref().map(|b| serde_json::json!({
+                                "seq": b.seq, "entry": b.entry.map(|e| e.to_string()), "problem": b.problem,
+                            })),
+                        })
+                    })
+                    .collect();
                 write_json(out, &serde_json::json!({ "ok": ok, "tenants": tenants }))?;
             } else {
                 for r in &results {
                     match &r.first_broken {
                         None => writeln!(out, "tenant {}: {} entries, chain intact", r.tenant, r.entries)?,
-                        Some(b) => writeln!(out, "tenant {}: BROKEN at entry #{} ({}): {}", r.tenant, b.seq,
-                            b.entry.map(|e| e.to_string()).unwrap_or_default(), b.problem)?,
+                        Some(b) => writeln!(
+                            out,
+                            "tenant {}: BROKEN at entry #{} ({}): {}",
+                            r.tenant,
+                            b.seq,
+                            b.entry.map(|e| e.to_string()).unwrap_or_default(),
+                            b.problem
+                        )?,
                     }
                 }
                 if results.is_empty() {

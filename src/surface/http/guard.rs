@@ -93,7 +93,11 @@ fn normalize_host(host: &str) -> String {
 /// The middleware: Host and Origin checks, CORS for allowed origins.
 pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let headers = request.headers();
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_owned).or_else(|| request.uri().authority().map(|a| a.to_string()));
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
     if let Some(hosts) = &guard.hosts {
         let Some(host) = &host else {
             return super::error(StatusCode::BAD_REQUEST, "the request has no Host header".to_owned());
@@ -101,13 +105,20 @@ pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: axum::extrac
         if !hosts.contains(&normalize_host(host)) {
             return super::error(
                 StatusCode::FORBIDDEN,
-                format!("Host '{host}' is not served here (allowed: {}); a page that rebinds its name to this address is refused; start hmg serve with --allow-host NAME to serve another name", hosts.join(", ")),
+                format!(
+                    "Host '{host}' is not served here (allowed: {}); a page that rebinds its name to this address is refused; start hmg serve with --allow-host NAME to serve another name",
+                    hosts.join(", ")
+                ),
             );
         }
     }
     let origin = headers.get(header::ORIGIN).map(|o| o.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase());
     let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-    let same_origin = |origin: &str| host.as_deref().is_some_and(|host| origin == format!("http://{}", host.to_ascii_lowercase()) || origin == format!("https://{}", host.to_ascii_lowercase()));
+    let same_origin = |origin: &str| {
+        host.as_deref().is_some_and(|host| {
+            origin == format!("http://{}", host.to_ascii_lowercase()) || origin == format!("https://{}", host.to_ascii_lowercase())
+        })
+    };
     let explicitly_allowed = origin.as_deref().is_some_and(|o| guard.origins.iter().any(|a| a == o));
     let cross = match origin.as_deref() {
         Some(origin) => !same_origin(origin) && !explicitly_allowed,
@@ -117,7 +128,9 @@ pub(crate) async fn guard(State(guard): State<Arc<Guard>>, request: axum::extrac
         let from = origin.clone().unwrap_or_else(|| format!("a {fetch_site} page"));
         return super::error(
             StatusCode::FORBIDDEN,
-            format!("cross-origin request from {from} refused: only this server's own pages may call it from a browser; start hmg serve with --allow-origin ORIGIN to allow a web app"),
+            format!(
+                "cross-origin request from {from} refused: only this server's own pages may call it from a browser; start hmg serve with --allow-origin ORIGIN to allow a web app"
+            ),
         );
     }
     if explicitly_allowed && request.method() == Method::OPTIONS {

@@ -43,8 +43,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::surface::mcp::{HmgServer, ScopeResolver};
-use crate::tools::relay::SharedMemory;
 use crate::surface::token::{Principal, TokenStore};
+use crate::tools::relay::SharedMemory;
 
 /// Why the server cannot start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -172,7 +172,12 @@ async fn explorer_asset(axum::extract::Path(name): axum::extract::Path<String>) 
 /// not GraphQL over HTTP, a document nested or selected too deep, or one
 /// that does not parse or validate gets 400; field errors keep 200 with
 /// `errors` beside the data.
-async fn graphql(State(state): State<AppState>, axum::Extension(principal): axum::Extension<Principal>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn graphql(
+    State(state): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     if !guard::is_json(&headers) {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the GraphQL request as JSON with Content-Type: application/json");
     }
@@ -186,9 +191,13 @@ async fn graphql(State(state): State<AppState>, axum::Extension(principal): axum
         Ok(response) => response,
         Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, crate::surface::blocking::Refused::Timeout(deadline.as_secs())),
     };
-    let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
+    let request_error =
+        response.data == async_graphql::Value::Null && !response.errors.is_empty() && response.errors.iter().all(|e| e.path.is_empty());
     let code = |wanted: &str| {
-        response.errors.iter().any(|e| e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from(wanted)))
+        response
+            .errors
+            .iter()
+            .any(|e| e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from(wanted)))
     };
     let status = if code("FORBIDDEN") {
         StatusCode::FORBIDDEN
@@ -227,7 +236,10 @@ fn unauthorized(headers: &HeaderMap, problem: Option<&str>) -> Response {
     if let Some(problem) = problem {
         challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{problem}\""));
     }
-    let mut response = error(StatusCode::UNAUTHORIZED, problem.unwrap_or("authentication required: send Authorization: Bearer <token> (create one with hmg token create)"));
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        problem.unwrap_or("authentication required: send Authorization: Bearer <token> (create one with hmg token create)"),
+    );
     if let Ok(value) = HeaderValue::from_str(&challenge) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
@@ -298,7 +310,15 @@ async fn sparql(
     if !principal.read {
         return error(StatusCode::FORBIDDEN, "insufficient scope: SPARQL needs a token with memory:read");
     }
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let text = if method == axum::http::Method::GET {
         if params.update.is_some() {
             return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update);
@@ -329,7 +349,10 @@ async fn sparql(
     };
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let Some(memory) = state.shared.local() else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the store is open in another hmg process; SPARQL is served by the process that owns it");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store is open in another hmg process; SPARQL is served by the process that owns it",
+        );
     };
     use crate::surface::sparql::SparqlError as E;
     let Ok(_slot) = Arc::clone(&state.sparql_slots).try_acquire_owned() else {
@@ -339,7 +362,8 @@ async fn sparql(
     let limits = state.options.sparql;
     let answer = match &state.options.sparql_worker {
         Some(worker) => {
-            let snapshot = match crate::surface::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await {
+            let snapshot = match crate::surface::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await
+            {
                 Ok(Ok(Some(snapshot))) => snapshot,
                 Ok(Ok(None)) => return error(StatusCode::SERVICE_UNAVAILABLE, "SPARQL needs a store on disk"),
                 Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take a read snapshot of the store: {e}")),
@@ -347,7 +371,11 @@ async fn sparql(
             };
             crate::surface::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
         }
-        None => match crate::surface::blocking::run(limits.timeout + Duration::from_secs(1), move || crate::surface::sparql::answer(memory.store(), &tenant, &text, &accept, limits)).await {
+        None => match crate::surface::blocking::run(limits.timeout + Duration::from_secs(1), move || {
+            crate::surface::sparql::answer(memory.store(), &tenant, &text, &accept, limits)
+        })
+        .await
+        {
             Ok(answer) => answer,
             Err(refused) => return refused_response(&refused),
         },
@@ -431,7 +459,9 @@ async fn limit_body(request: axum::extract::Request, next: axum::middleware::Nex
     }
     let request = request.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES)));
     let response = next.run(request).await;
-    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"text/plain")) {
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE
+        && response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"text/plain"))
+    {
         // axum's own rejection (a chunked body past the limit): say which limit.
         return too_large();
     }
@@ -452,7 +482,11 @@ async fn mcp_nesting(request: axum::extract::Request, next: axum::middleware::Ne
     if let Ok(text) = std::str::from_utf8(&bytes)
         && let Err(too_deep) = crate::limits::check_nesting(text, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
     {
-        return (StatusCode::BAD_REQUEST, axum::Json(crate::surface::mcp::jsonrpc_error(serde_json::Value::Null, -32700, format!("Parse error: {too_deep}")))).into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(crate::surface::mcp::jsonrpc_error(serde_json::Value::Null, -32700, format!("Parse error: {too_deep}"))),
+        )
+            .into_response();
     }
     next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
@@ -491,7 +525,10 @@ async fn admit(State(state): State<AppState>, request: axum::extract::Request, n
         if *count >= state.options.max_in_flight {
             drop(counts);
             tracing::warn!(client = %key, limit = state.options.max_in_flight, "too many requests in flight");
-            return too_many(format!("too many requests in progress from this client (limit {}); retry shortly", state.options.max_in_flight));
+            return too_many(format!(
+                "too many requests in progress from this client (limit {}); retry shortly",
+                state.options.max_in_flight
+            ));
         }
         *count += 1;
         InFlight { counts: Arc::clone(&state.in_flight), key }
@@ -502,7 +539,13 @@ async fn admit(State(state): State<AppState>, request: axum::extract::Request, n
 }
 
 /// The application's routes over `shared`, authenticated with `tokens`.
-pub(crate) fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, cancel: tokio_util::sync::CancellationToken, options: ServeOptions) -> Result<Router, ServeError> {
+pub(crate) fn router(
+    shared: Arc<SharedMemory>,
+    tokens: Arc<TokenStore>,
+    address: SocketAddr,
+    cancel: tokio_util::sync::CancellationToken,
+    options: ServeOptions,
+) -> Result<Router, ServeError> {
     let local_tenant = crate::scope::os_user();
     let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
     let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
@@ -521,7 +564,10 @@ pub(crate) fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address
     Ok(Router::new()
         .nest_service(
             "/mcp",
-            tower::Layer::layer(&axum::middleware::from_fn(mcp_nesting), crate::surface::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel)),
+            tower::Layer::layer(
+                &axum::middleware::from_fn(mcp_nesting),
+                crate::surface::mcp::http_service(server, browser.mcp_hosts(address), browser.mcp_origins(), cancel),
+            ),
         )
         .route("/sparql", get(sparql).post(sparql))
         .route("/graphql", get(explorer_page).post(graphql))
@@ -542,7 +588,13 @@ pub(crate) fn router(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address
 
 /// Serves until SIGINT or SIGTERM; `ready` hears the bound address. After
 /// the signal, in-flight requests get `options.shutdown_grace` to finish.
-pub(crate) async fn serve(shared: Arc<SharedMemory>, tokens: Arc<TokenStore>, address: SocketAddr, options: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+pub(crate) async fn serve(
+    shared: Arc<SharedMemory>,
+    tokens: Arc<TokenStore>,
+    address: SocketAddr,
+    options: ServeOptions,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
     let io = |source| ServeError::Io { address: address.to_string(), source };
     let listener = tokio::net::TcpListener::bind(address).await.map_err(io)?;
     let bound = listener.local_addr().map_err(io)?;
