@@ -30,6 +30,23 @@ pub enum ExtractError {
     /// A model endpoint failed.
     #[error("extraction endpoint failed: {0}")]
     Endpoint(String),
+    /// The extraction endpoint is configured wrongly (`HMG_EXTRACT_*`).
+    #[error("extraction endpoint configuration: {0}")]
+    Config(String),
+}
+
+impl crate::fault::Classified for ExtractError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            ExtractError::Invalid(_) => crate::fault::Fault::Invalid,
+            ExtractError::Endpoint(_) => crate::fault::Fault::Unavailable,
+            ExtractError::Config(_) => crate::fault::Fault::Internal,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        matches!(self, ExtractError::Invalid(_)).then_some("messages")
+    }
 }
 
 /// Turns messages into fact sentences.
@@ -133,17 +150,17 @@ impl EndpointConfig {
         let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         let Some(base_url) = var("HMG_EXTRACT_BASE_URL") else { return Ok(None) };
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(ExtractError::Invalid(format!("HMG_EXTRACT_BASE_URL '{base_url}' must start with http:// or https://")));
+            return Err(ExtractError::Config(format!("HMG_EXTRACT_BASE_URL '{base_url}' must start with http:// or https://")));
         }
         let model = var("HMG_EXTRACT_MODEL")
-            .ok_or_else(|| ExtractError::Invalid("HMG_EXTRACT_BASE_URL is set but HMG_EXTRACT_MODEL is not".to_owned()))?;
+            .ok_or_else(|| ExtractError::Config("HMG_EXTRACT_BASE_URL is set but HMG_EXTRACT_MODEL is not".to_owned()))?;
         let timeout = match var("HMG_EXTRACT_TIMEOUT_SECS") {
             None => 20.0,
             Some(text) => text
                 .parse::<f64>()
                 .ok()
                 .filter(|s| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| ExtractError::Invalid(format!("HMG_EXTRACT_TIMEOUT_SECS '{text}' is not a positive number")))?,
+                .ok_or_else(|| ExtractError::Config(format!("HMG_EXTRACT_TIMEOUT_SECS '{text}' is not a positive number")))?,
         };
         Ok(Some(EndpointConfig {
             base_url,

@@ -20,6 +20,7 @@
 // Foundation: plain data and text, no I/O.
 pub mod atom;
 pub mod extract;
+pub mod fault;
 pub(crate) mod limits;
 pub mod scope;
 pub mod text;
@@ -34,6 +35,7 @@ pub mod recall;
 pub(crate) mod surface;
 pub(crate) mod tools;
 
+pub use fault::{Classified, Fault};
 pub use index::IndexError;
 pub use index::embed;
 pub use store::StoreError;

@@ -44,6 +44,16 @@ pub enum ScopeError {
     },
 }
 
+impl crate::fault::Classified for ScopeError {
+    fn fault(&self) -> crate::fault::Fault {
+        crate::fault::Fault::Invalid
+    }
+
+    fn field(&self) -> Option<&str> {
+        Some("scope")
+    }
+}
+
 /// How an atom's scope relates to the scope of a reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Visibility {

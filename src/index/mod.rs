@@ -53,6 +53,15 @@ pub enum IndexError {
     },
 }
 
+impl crate::fault::Classified for IndexError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            IndexError::Store(error) => error.fault(),
+            IndexError::Keyword(_) | IndexError::Vector(_) | IndexError::Embed(_) | IndexError::Io { .. } => crate::fault::Fault::Internal,
+        }
+    }
+}
+
 /// Progress of a long index job: (stage, done, total).
 pub(crate) type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 

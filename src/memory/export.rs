@@ -212,7 +212,7 @@ impl Memory {
             report.lines += 1;
             let outcome = match self.import_line(caller, &line) {
                 Ok(outcome) => outcome,
-                Err(error) if error.is_caller_error() => (None, Effect::Rejected, Some(error.to_string())),
+                Err(error) if crate::fault::Classified::fault(&error).is_callers() => (None, Effect::Rejected, Some(error.to_string())),
                 Err(error) => return Err(error),
             };
             let imported = ImportedLine { line: index + 1, atom_id: outcome.0, effect: outcome.1, reason: outcome.2 };

@@ -111,13 +111,31 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
-    /// Whether the caller can fix this by changing the request.
-    pub fn is_caller_error(&self) -> bool {
-        !matches!(self, MemoryError::Store(_) | MemoryError::Index(_))
-    }
-
     pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> MemoryError {
         MemoryError::InvalidInput { field, message: message.into() }
+    }
+}
+
+impl crate::fault::Classified for MemoryError {
+    fn fault(&self) -> crate::fault::Fault {
+        use crate::fault::Fault;
+        match self {
+            MemoryError::InvalidInput { .. } => Fault::Invalid,
+            MemoryError::AtomNotFound(_) => Fault::NotFound,
+            MemoryError::Scope(error) => error.fault(),
+            MemoryError::Store(error) => error.fault(),
+            MemoryError::Index(error) => error.fault(),
+            MemoryError::Forbidden(_) => Fault::Forbidden,
+            MemoryError::Conflict(_) => Fault::Conflict,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            MemoryError::InvalidInput { field, .. } => Some(field),
+            MemoryError::Scope(error) => error.field(),
+            _ => None,
+        }
     }
 }
 

@@ -74,6 +74,17 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl crate::fault::Classified for StoreError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            StoreError::Locked { .. } => crate::fault::Fault::Unavailable,
+            StoreError::Storage(_) | StoreError::Query { .. } | StoreError::Io { .. } | StoreError::Corrupt(_) => {
+                crate::fault::Fault::Internal
+            }
+        }
+    }
+}
+
 /// Result alias of this layer.
 pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -39,6 +39,16 @@ pub(crate) enum Refused {
     Panicked,
 }
 
+impl crate::fault::Classified for Refused {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            Refused::Busy(_) => crate::fault::Fault::Busy,
+            Refused::Timeout(_) => crate::fault::Fault::Unavailable,
+            Refused::Panicked => crate::fault::Fault::Internal,
+        }
+    }
+}
+
 /// How many facade calls may run at once: two per core, at least four.
 pub(crate) fn permits() -> usize {
     std::thread::available_parallelism().map_or(4, |n| (n.get() * 2).max(4))

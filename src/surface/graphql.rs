@@ -18,6 +18,8 @@
 //!   [`SCAN_COST`]). The SDL is checked in as `schema/schema.graphql` and a
 //!   test fails when it drifts.
 
+use crate::fault::{Classified, Fault};
+use crate::surface::status;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -165,28 +167,28 @@ fn sdl() -> String {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl()
 }
 
-fn coded(message: impl Into<String>, code: &'static str) -> async_graphql::Error {
-    async_graphql::Error::new(message.into()).extend_with(|_, e| e.set("code", code))
+fn coded(message: impl Into<String>, fault: Fault) -> async_graphql::Error {
+    async_graphql::Error::new(message.into()).extend_with(|_, e| e.set("code", status::graphql_code(fault)))
+}
+
+/// The one mapping of an error to a GraphQL error: `code` from its fault,
+/// `field` when one is at fault.
+fn classified(error: &dyn Classified) -> async_graphql::Error {
+    let fault = error.fault();
+    if !fault.is_callers() {
+        tracing::error!(%error, "GraphQL resolver failed");
+    }
+    let field = error.field().map(str::to_owned);
+    async_graphql::Error::new(error.to_string()).extend_with(|_, e| {
+        e.set("code", status::graphql_code(fault));
+        if let Some(field) = &field {
+            e.set("field", field.as_str());
+        }
+    })
 }
 
 fn memory_error(error: MemoryError) -> async_graphql::Error {
-    match &error {
-        MemoryError::InvalidInput { field, .. } => {
-            let field = *field;
-            async_graphql::Error::new(error.to_string()).extend_with(|_, e| {
-                e.set("code", "BAD_USER_INPUT");
-                e.set("field", field);
-            })
-        }
-        MemoryError::AtomNotFound(_) => coded(error.to_string(), "NOT_FOUND"),
-        MemoryError::Scope(_) => coded(error.to_string(), "BAD_USER_INPUT"),
-        MemoryError::Forbidden(_) => coded(error.to_string(), "FORBIDDEN"),
-        MemoryError::Conflict(_) => coded(error.to_string(), "CONFLICT"),
-        _ => {
-            tracing::error!(%error, "GraphQL resolver failed");
-            coded(error.to_string(), "INTERNAL")
-        }
-    }
+    classified(&error)
 }
 
 /// Narrowing scope for recall and writes (the tenant comes from the token).
@@ -335,17 +337,12 @@ impl WriteOutcome {
 
 /// The request's principal and the local store, checked for `write`.
 fn access(ctx: &Context<'_>, write: bool) -> Result<(Principal, Arc<Memory>), async_graphql::Error> {
-    let principal = ctx.data_opt::<Principal>().cloned().ok_or_else(|| coded("unauthenticated", "FORBIDDEN"))?;
-    if write && !principal.write {
-        return Err(coded("insufficient scope: mutations need a token with memory:write", "FORBIDDEN"));
-    }
-    if !write && !principal.read {
-        return Err(coded("insufficient scope: queries need a token with memory:read", "FORBIDDEN"));
-    }
+    let principal = ctx.data_opt::<Principal>().cloned().ok_or_else(|| coded("unauthenticated", Fault::Forbidden))?;
+    principal.require(write, if write { "a mutation" } else { "a query" }).map_err(|denied| classified(&denied))?;
     let shared = ctx.data::<Arc<SharedMemory>>()?;
-    let memory = shared
-        .local()
-        .ok_or_else(|| coded("the store is open in another hmg process; GraphQL is served by the process that owns it", "UNAVAILABLE"))?;
+    let memory = shared.local().ok_or_else(|| {
+        coded("the store is open in another hmg process; GraphQL is served by the process that owns it", Fault::Unavailable)
+    })?;
     Ok((principal, memory))
 }
 
@@ -358,15 +355,13 @@ fn caller(principal: &Principal, scope: Option<ScopeArg>) -> Caller {
 }
 
 /// Runs blocking facade work on the shared bounded pool
-/// ([`crate::surface::blocking`]); a full pool is `BUSY`, a deadline `TIMEOUT`.
+/// ([`crate::surface::blocking`]); a full pool is `BUSY`, a deadline `UNAVAILABLE`.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, async_graphql::Error> + Send + 'static,
 ) -> Result<T, async_graphql::Error> {
     match crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, work).await {
         Ok(result) => result,
-        Err(refused @ crate::surface::blocking::Refused::Busy(_)) => Err(coded(refused.to_string(), "BUSY")),
-        Err(refused @ crate::surface::blocking::Refused::Timeout(_)) => Err(coded(refused.to_string(), "TIMEOUT")),
-        Err(refused) => Err(coded(refused.to_string(), "INTERNAL")),
+        Err(refused) => Err(classified(&refused)),
     }
 }
 
@@ -517,20 +512,13 @@ async fn write(ctx: &Context<'_>, scope: Option<ScopeArg>, call: crate::tools::T
     let caller = caller(&principal, scope);
     blocking(move || match call.run(&memory, &caller) {
         Ok(value) => Ok(WriteOutcome::from_json(value)),
-        Err(crate::tools::ToolError::Invalid { field, message }) => Err(async_graphql::Error::new(message).extend_with(|_, e| {
-            e.set("code", "BAD_USER_INPUT");
-            if let Some(field) = &field {
-                e.set("field", field.as_str());
-            }
-        })),
-        Err(error @ crate::tools::ToolError::Forbidden(_)) => Err(coded(error.to_string(), "FORBIDDEN")),
-        Err(other) => Err(coded(other.to_string(), "INTERNAL")),
+        Err(error) => Err(classified(&error)),
     })
     .await
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> async_graphql::Result<T> {
-    crate::tools::decode(value).map_err(|e| coded(e.to_string(), "BAD_USER_INPUT"))
+    crate::tools::decode(value).map_err(|e| classified(&e))
 }
 
 #[Object]

@@ -43,6 +43,23 @@ pub enum HookError {
     Tool(#[from] crate::tools::ToolError),
 }
 
+impl crate::fault::Classified for HookError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            HookError::Input(_) => crate::fault::Fault::Invalid,
+            HookError::Key { .. } => crate::fault::Fault::Internal,
+            HookError::Tool(error) => error.fault(),
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            HookError::Tool(error) => error.field(),
+            _ => None,
+        }
+    }
+}
+
 /// The per-store key proving hook-injected scopes, created on first use.
 pub(crate) fn load_or_create_key(store_dir: &Path) -> Result<Vec<u8>, HookError> {
     let path = store_dir.join("hook.key");

@@ -15,6 +15,7 @@
 //!   Any other scope a model sends is ignored. Over stdio the tenant is the
 //!   OS user.
 
+use crate::fault::Classified;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,6 +252,16 @@ impl HmgServer {
     }
 }
 
+/// The one mapping of an error to an MCP answer: every fault is a tool
+/// result with `isError: true` whose text the model reads (the caller's
+/// faults say what to change); faults on our side are logged too.
+fn answer_error(error: &dyn Classified) -> String {
+    if !error.fault().is_callers() {
+        tracing::error!(%error, fault = ?error.fault(), "tool call failed");
+    }
+    error.to_string()
+}
+
 impl HmgServer {
     /// Runs the call; its structured output is the tool result.
     async fn run(&self, call: Result<ToolCall, ToolError>, context: &RequestContext<RoleServer>) -> ToolResult {
@@ -268,11 +279,7 @@ impl HmgServer {
                     .extensions
                     .get::<crate::surface::token::Principal>()
                     .ok_or_else(|| "unauthenticated: send an access token (Authorization: Bearer …)".to_owned())?;
-                let allowed = if call.writes() { principal.write } else { principal.read };
-                if !allowed {
-                    let needed = if call.writes() { crate::surface::token::WRITE } else { crate::surface::token::READ };
-                    return Err(format!("insufficient scope: {} needs a token with {needed}", call.name()));
-                }
+                principal.require(call.writes(), call.name()).map_err(|denied| answer_error(&denied))?;
                 (principal.tenant.clone(), principal.actor("mcp-http"))
             }
             None => (self.resolver.tenant.clone(), self.actor.clone()),
@@ -292,18 +299,11 @@ impl HmgServer {
             span.clone(),
         )
         .await;
-        match answer {
+        span.in_scope(|| match answer {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error @ ToolError::Internal(_))) => {
-                span.in_scope(|| tracing::error!(%error, "tool failed"));
-                Err(error.to_string())
-            }
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(refused) => {
-                span.in_scope(|| tracing::warn!(%refused, "tool call not run to an answer"));
-                Err(refused.to_string())
-            }
-        }
+            Ok(Err(error)) => Err(answer_error(&error)),
+            Err(refused) => Err(answer_error(&refused)),
+        })
     }
 
     /// The client's roots (asked once per session, only when they could

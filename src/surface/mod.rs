@@ -12,4 +12,5 @@ pub(crate) mod http;
 pub(crate) mod mcp;
 pub(crate) mod rest;
 pub(crate) mod sparql;
+pub(crate) mod status;
 pub(crate) mod token;

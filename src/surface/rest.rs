@@ -23,6 +23,8 @@
 //! the store fails); the OpenAPI document is generated from the same types
 //! that decode the requests and is checked in as `schema/openapi.json`.
 
+use crate::fault::{Classified, Fault};
+use crate::surface::status;
 use std::sync::Arc;
 
 use axum::Router;
@@ -365,28 +367,34 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The one mapping of an error to a REST answer: its fault's status
+    /// (not found names `memory_id`, the only id a route takes).
+    fn classified(error: &dyn Classified) -> ApiError {
+        let fault = error.fault();
+        let field = error.field().or((fault == Fault::NotFound).then_some("memory_id"));
+        if fault.is_callers() {
+            ApiError::new(status::http_status(fault), field, error.to_string())
+        } else {
+            tracing::error!(%error, "REST request failed");
+            let detail = if fault == Fault::Internal { format!("internal error: {error}") } else { error.to_string() };
+            ApiError::new(status::http_status(fault), field, detail)
+        }
+    }
+}
+
 impl From<MemoryError> for ApiError {
     fn from(error: MemoryError) -> ApiError {
-        match &error {
-            MemoryError::InvalidInput { field, .. } => ApiError::bad(Some(field), error.to_string()),
-            MemoryError::AtomNotFound(_) => ApiError::new(StatusCode::NOT_FOUND, Some("memory_id"), error.to_string()),
-            MemoryError::Forbidden(_) => ApiError::new(StatusCode::FORBIDDEN, None, error.to_string()),
-            MemoryError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, None, error.to_string()),
-            _ if error.is_caller_error() => ApiError::bad(None, error.to_string()),
-            _ => {
-                tracing::error!(%error, "REST request failed");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, None, format!("internal error: {error}"))
-            }
-        }
+        ApiError::classified(&error)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let busy = self.status == StatusCode::TOO_MANY_REQUESTS;
+        let retry = (self.status == StatusCode::TOO_MANY_REQUESTS).then(|| status::retry_after(Fault::Busy)).flatten();
         let mut response = (self.status, axum::Json(self.body)).into_response();
-        if busy {
-            response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("2"));
+        if let Some(retry) = retry {
+            response.headers_mut().insert(header::RETRY_AFTER, retry);
         }
         response
     }
@@ -428,16 +436,7 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>(state: RestState) -> Rout
 
 /// The principal's memory, for reading (`write` false) or writing.
 fn access(state: &RestState, principal: &Principal, write: bool) -> Result<Arc<Memory>, ApiError> {
-    if write && !principal.write {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            None,
-            "insufficient scope: this route changes memory and needs a token with memory:write",
-        ));
-    }
-    if !write && !principal.read {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, None, "insufficient scope: this route needs a token with memory:read"));
-    }
+    principal.require(write, "this route").map_err(|denied| ApiError::classified(&denied))?;
     state.shared.local().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -450,12 +449,9 @@ fn access(state: &RestState, principal: &Principal, write: bool) -> Result<Arc<M
 /// Runs facade work on the shared bounded pool ([`crate::surface::blocking`]): a
 /// full pool is 429, a deadline 503, a panic 500.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    use crate::surface::blocking::Refused;
     match crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, work).await {
         Ok(result) => result,
-        Err(refused @ Refused::Busy(_)) => Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, None, refused.to_string())),
-        Err(refused @ Refused::Timeout(_)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, None, refused.to_string())),
-        Err(refused @ Refused::Panicked) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, None, refused.to_string())),
+        Err(refused) => Err(ApiError::classified(&refused)),
     }
 }
 
@@ -470,10 +466,7 @@ fn json_body<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) 
         .map_err(|e| ApiError::bad(None, e.to_string()))?;
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| ApiError::bad(None, format!("the body is not valid JSON: {e}")))?;
-    crate::tools::decode(value).map_err(|e| match e {
-        crate::tools::ToolError::Invalid { field, message } => ApiError::bad(field.as_deref(), message),
-        other => ApiError::bad(None, other.to_string()),
-    })
+    crate::tools::decode(value).map_err(|e| ApiError::classified(&e))
 }
 
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {

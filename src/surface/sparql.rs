@@ -99,6 +99,28 @@ pub(crate) enum SparqlError {
     Worker(String),
 }
 
+impl crate::fault::Classified for SparqlError {
+    fn fault(&self) -> crate::fault::Fault {
+        use crate::fault::Fault;
+        match self {
+            SparqlError::Syntax(_) | SparqlError::Update | SparqlError::Evaluation(_) | SparqlError::TooDeep(_) => Fault::Invalid,
+            SparqlError::TooLarge => Fault::TooLarge,
+            SparqlError::NotAcceptable(_) => Fault::Unacceptable,
+            SparqlError::Timeout(_) | SparqlError::ResultTooLarge(_) | SparqlError::OutOfMemory(_) => Fault::OverLimit,
+            SparqlError::Busy => Fault::Busy,
+            SparqlError::Worker(_) => Fault::Internal,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            SparqlError::NotAcceptable(_) => Some("accept"),
+            SparqlError::Busy | SparqlError::Worker(_) => None,
+            _ => Some("query"),
+        }
+    }
+}
+
 /// An answer ready to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Answer {

@@ -48,6 +48,23 @@ pub enum TokenError {
     },
 }
 
+impl crate::fault::Classified for TokenError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            TokenError::Invalid { .. } => crate::fault::Fault::Invalid,
+            TokenError::NotFound(_) => crate::fault::Fault::NotFound,
+            TokenError::File { .. } => crate::fault::Fault::Internal,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            TokenError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
 /// One stored token (never the secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TokenRecord {
@@ -89,12 +106,31 @@ impl Principal {
         Principal { tenant: tenant.into(), read: true, write: true, token_id: None }
     }
 
+    /// The one access check of every surface: `what` (a route, a tool, a
+    /// GraphQL operation) needs `memory:write` when it `writes`, else
+    /// `memory:read`.
+    pub(crate) fn require(&self, writes: bool, what: &str) -> Result<(), Denied> {
+        let (allowed, needed) = if writes { (self.write, "memory:write") } else { (self.read, "memory:read") };
+        if allowed { Ok(()) } else { Err(Denied(format!("insufficient scope: {what} needs a token with {needed}"))) }
+    }
+
     /// Actor name for audit entries.
     pub(crate) fn actor(&self, surface: &str) -> String {
         match &self.token_id {
             Some(id) => format!("{surface}:token:{id}"),
             None => format!("{surface}:{}", self.tenant),
         }
+    }
+}
+
+/// A principal's token lacks the scope a request needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Denied(String);
+
+impl crate::fault::Classified for Denied {
+    fn fault(&self) -> crate::fault::Fault {
+        crate::fault::Fault::Forbidden
     }
 }
 

@@ -51,13 +51,30 @@ pub enum ToolError {
     Internal(String),
 }
 
+impl crate::fault::Classified for ToolError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            ToolError::Invalid { .. } | ToolError::UnknownTool(_) => crate::fault::Fault::Invalid,
+            ToolError::Forbidden(_) => crate::fault::Fault::Forbidden,
+            ToolError::Internal(_) => crate::fault::Fault::Internal,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            ToolError::Invalid { field, .. } => field.as_deref(),
+            ToolError::UnknownTool(_) => Some("name"),
+            _ => None,
+        }
+    }
+}
+
 impl From<MemoryError> for ToolError {
     fn from(error: MemoryError) -> ToolError {
-        match &error {
-            MemoryError::InvalidInput { field, .. } => ToolError::Invalid { field: Some((*field).to_owned()), message: error.to_string() },
-            MemoryError::Scope(_) => ToolError::Invalid { field: Some("scope".to_owned()), message: error.to_string() },
-            MemoryError::Forbidden(_) => ToolError::Forbidden(error.to_string()),
-            _ if error.is_caller_error() => ToolError::Invalid { field: None, message: error.to_string() },
+        use crate::fault::{Classified, Fault};
+        match error.fault() {
+            Fault::Forbidden => ToolError::Forbidden(error.to_string()),
+            fault if fault.is_callers() => ToolError::Invalid { field: error.field().map(str::to_owned), message: error.to_string() },
             _ => {
                 tracing::error!(%error, "tool call failed");
                 ToolError::Internal(error.to_string())

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, usize)] = &[
     ("atom", 0),
     ("extract", 0),
+    ("fault", 0),
     ("limits", 0),
     ("scope", 0),
     ("text", 0),
@@ -149,9 +150,13 @@ fn dependencies() -> BTreeMap<String, BTreeSet<String>> {
                 resolved.extend(path.drain(1..));
                 path = resolved;
             }
+            // An item, not a module (`super::NamedNodeRef` from an inline
+            // module): the file's own node.
+            if path.first().is_some_and(|p| p.starts_with(|c: char| c.is_uppercase())) {
+                continue;
+            }
             if let Some(to) = node(&path)
                 && to != from
-                && LAYERS.iter().any(|(name, _)| to.split("::").next() == Some(*name))
             {
                 entry.insert(to);
             }

@@ -44,6 +44,22 @@ pub enum EvalError {
     Memory(#[from] MemoryError),
 }
 
+impl crate::fault::Classified for EvalError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            EvalError::Io { .. } | EvalError::Format { .. } => crate::fault::Fault::Invalid,
+            EvalError::Memory(error) => error.fault(),
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            EvalError::Memory(error) => error.field(),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct BenchMemory {
     id: String,

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
+use crate::fault::{Classified, Fault};
 use crate::memory::{BriefOptions, ExportFormat};
 use crate::{Caller, CorrectRequest, Effect, GovernRequest, HandoffRequest, Kind, MemorizeRequest, MemoryError};
 
@@ -369,6 +370,39 @@ pub enum CliError {
     },
 }
 
+impl Classified for CliError {
+    fn fault(&self) -> Fault {
+        match self {
+            CliError::Memory(error) => error.fault(),
+            CliError::Eval(error) => error.fault(),
+            CliError::Serve(error) => error.fault(),
+            CliError::Hook(error) => error.fault(),
+            CliError::Token(error) => error.fault(),
+            CliError::Tool(error) => error.fault(),
+            CliError::Input { .. } => Fault::Invalid,
+            CliError::NoStore | CliError::InUse(_) => Fault::Unavailable,
+            CliError::Output(_) => Fault::Internal,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            CliError::Memory(error) => error.field(),
+            CliError::Eval(error) => error.field(),
+            CliError::Serve(error) => error.field(),
+            CliError::Hook(error) => error.field(),
+            CliError::Token(error) => error.field(),
+            CliError::Tool(error) => error.field(),
+            _ => None,
+        }
+    }
+}
+
+/// The exit status of a fault: the caller's own errors are [`Exit::Rejected`].
+fn exit_of(fault: Fault) -> Exit {
+    if fault.is_callers() { Exit::Rejected } else { Exit::Internal }
+}
+
 /// Exit statuses of the CLI contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -421,41 +455,7 @@ fn exit_for(effect: Effect) -> Exit {
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, CliError> {
     let json = cli.json;
     match execute(cli, out, err) {
-        Err(CliError::Memory(error)) if error.is_caller_error() => {
-            let field = match &error {
-                MemoryError::InvalidInput { field, .. } => Some(*field),
-                _ => None,
-            };
-            report_bad_input(&error.to_string(), field, json, out, err)
-        }
-        Err(CliError::Eval(
-            error @ (crate::surface::cli::eval::EvalError::Io { .. } | crate::surface::cli::eval::EvalError::Format { .. }),
-        )) => report_bad_input(&error.to_string(), None, json, out, err),
-        Err(CliError::Eval(crate::surface::cli::eval::EvalError::Memory(error @ MemoryError::InvalidInput { field, .. }))) => {
-            report_bad_input(&error.to_string(), Some(field), json, out, err)
-        }
-        Err(
-            error @ (CliError::Input { .. }
-            | CliError::Serve(
-                crate::surface::http::ServeError::BadAddress(_) | crate::surface::http::ServeError::Unauthenticated(_),
-            )),
-        ) => report_bad_input(&error.to_string(), None, json, out, err),
-        Err(CliError::Hook(crate::surface::hook::HookError::Tool(crate::tools::ToolError::Invalid { message, field }))) => {
-            report_bad_input(&message, field.as_deref(), json, out, err)
-        }
-        Err(error @ CliError::Hook(crate::surface::hook::HookError::Input(_))) => {
-            report_bad_input(&error.to_string(), None, json, out, err)
-        }
-        Err(CliError::Tool(crate::tools::ToolError::Invalid { field, message })) => {
-            report_bad_input(&message, field.as_deref(), json, out, err)
-        }
-        Err(CliError::Tool(crate::tools::ToolError::Forbidden(message))) => report_bad_input(&message, None, json, out, err),
-        Err(CliError::Token(error @ crate::surface::token::TokenError::Invalid { field, .. })) => {
-            report_bad_input(&error.to_string(), Some(field), json, out, err)
-        }
-        Err(error @ CliError::Token(crate::surface::token::TokenError::NotFound(_))) => {
-            report_bad_input(&error.to_string(), None, json, out, err)
-        }
+        Err(error) if exit_of(error.fault()) == Exit::Rejected => report_bad_input(&error.to_string(), error.field(), json, out, err),
         other => other,
     }
 }

@@ -30,6 +30,8 @@
 mod guard;
 mod peer;
 
+use crate::fault::{Classified, Fault};
+use crate::surface::status;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,6 +71,23 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl crate::fault::Classified for ServeError {
+    fn fault(&self) -> crate::fault::Fault {
+        match self {
+            ServeError::BadAddress(_) | ServeError::Unauthenticated(_) => crate::fault::Fault::Invalid,
+            ServeError::Extractor(error) => error.fault(),
+            ServeError::Io { .. } => crate::fault::Fault::Unavailable,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            ServeError::BadAddress(_) | ServeError::Unauthenticated(_) => Some("listen"),
+            _ => None,
+        }
+    }
 }
 
 /// Largest request body.
@@ -199,10 +218,10 @@ async fn graphql(
             .iter()
             .any(|e| e.extensions.as_ref().and_then(|x| x.get("code")).is_some_and(|code| *code == async_graphql::Value::from(wanted)))
     };
-    let status = if code("FORBIDDEN") {
-        StatusCode::FORBIDDEN
-    } else if code("BUSY") && response.data == async_graphql::Value::Null {
-        StatusCode::TOO_MANY_REQUESTS
+    let status = if code(status::graphql_code(Fault::Forbidden)) {
+        status::http_status(Fault::Forbidden)
+    } else if code(status::graphql_code(Fault::Busy)) && response.data == async_graphql::Value::Null {
+        status::http_status(Fault::Busy)
     } else if request_error {
         StatusCode::BAD_REQUEST
     } else {
@@ -210,8 +229,8 @@ async fn graphql(
     };
     let mut http = async_graphql_axum::GraphQLResponse::from(response).into_response();
     *http.status_mut() = status;
-    if status == StatusCode::TOO_MANY_REQUESTS {
-        http.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    if let Some(retry) = (status == status::http_status(Fault::Busy)).then(|| status::retry_after(Fault::Busy)).flatten() {
+        http.headers_mut().insert(header::RETRY_AFTER, retry);
     }
     http
 }
@@ -307,8 +326,8 @@ async fn sparql(
     Query(params): Query<SparqlParams>,
     body: axum::body::Bytes,
 ) -> Response {
-    if !principal.read {
-        return error(StatusCode::FORBIDDEN, "insufficient scope: SPARQL needs a token with memory:read");
+    if let Err(denied) = principal.require(false, "SPARQL") {
+        return classified(&denied);
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -321,7 +340,7 @@ async fn sparql(
         .to_ascii_lowercase();
     let text = if method == axum::http::Method::GET {
         if params.update.is_some() {
-            return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update);
+            return classified(&crate::surface::sparql::SparqlError::Update);
         }
         params.query
     } else {
@@ -331,11 +350,11 @@ async fn sparql(
                 Err(_) => return error(StatusCode::BAD_REQUEST, "the query is not UTF-8"),
             },
             "application/x-www-form-urlencoded" => match form_params(&body) {
-                Ok(form) if form.update.is_some() => return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update),
+                Ok(form) if form.update.is_some() => return classified(&crate::surface::sparql::SparqlError::Update),
                 Ok(form) => form.query,
                 Err(message) => return error(StatusCode::BAD_REQUEST, message),
             },
-            "application/sparql-update" => return error(StatusCode::BAD_REQUEST, crate::surface::sparql::SparqlError::Update),
+            "application/sparql-update" => return classified(&crate::surface::sparql::SparqlError::Update),
             other => {
                 return error(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -356,7 +375,7 @@ async fn sparql(
     };
     use crate::surface::sparql::SparqlError as E;
     let Ok(_slot) = Arc::clone(&state.sparql_slots).try_acquire_owned() else {
-        return too_many(E::Busy.to_string());
+        return classified(&E::Busy);
     };
     let tenant = principal.tenant.clone();
     let limits = state.options.sparql;
@@ -382,32 +401,36 @@ async fn sparql(
     };
     match answer {
         Ok(answer) => ([(header::CONTENT_TYPE, answer.media_type)], answer.body).into_response(),
-        Err(e @ (E::Syntax(_) | E::Update | E::Evaluation(_) | E::TooDeep(_))) => error(StatusCode::BAD_REQUEST, e),
-        Err(e @ E::TooLarge) => error(StatusCode::PAYLOAD_TOO_LARGE, e),
-        Err(e @ E::NotAcceptable(_)) => error(StatusCode::NOT_ACCEPTABLE, e),
-        Err(e @ (E::Timeout(_) | E::ResultTooLarge(_) | E::OutOfMemory(_))) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
-        Err(e @ E::Busy) => too_many(e.to_string()),
-        Err(e @ E::Worker(_)) => {
-            tracing::error!(error = %e, "SPARQL evaluation failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, e)
-        }
+        Err(e) => classified(&e),
     }
 }
 
-/// 429 with `Retry-After`.
+/// The one mapping of an error to an answer of the server's own routes:
+/// `{"error"}` with its fault's status, `Retry-After` when busy.
+pub(crate) fn classified(error: &dyn Classified) -> Response {
+    let fault = error.fault();
+    if !fault.is_callers() {
+        tracing::error!(%error, "request failed");
+    }
+    let mut response = self::error(status::http_status(fault), error);
+    if let Some(retry) = status::retry_after(fault) {
+        response.headers_mut().insert(header::RETRY_AFTER, retry);
+    }
+    response
+}
+
+/// 429 with `Retry-After`, for limits the server checks itself.
 fn too_many(message: String) -> Response {
-    let mut response = error(StatusCode::TOO_MANY_REQUESTS, message);
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    let mut response = error(status::http_status(Fault::Busy), message);
+    if let Some(retry) = status::retry_after(Fault::Busy) {
+        response.headers_mut().insert(header::RETRY_AFTER, retry);
+    }
     response
 }
 
 /// The answer to work the pool refused or abandoned.
 pub(crate) fn refused_response(refused: &crate::surface::blocking::Refused) -> Response {
-    match refused {
-        crate::surface::blocking::Refused::Busy(_) => too_many(refused.to_string()),
-        crate::surface::blocking::Refused::Timeout(_) => error(StatusCode::SERVICE_UNAVAILABLE, refused),
-        crate::surface::blocking::Refused::Panicked => error(StatusCode::INTERNAL_SERVER_ERROR, refused),
-    }
+    classified(refused)
 }
 
 fn form_params(body: &[u8]) -> Result<SparqlParams, String> {
