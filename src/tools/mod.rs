@@ -119,6 +119,25 @@ pub(crate) struct MemorizeArgs {
     pub scope: Option<ScopeInput>,
 }
 
+/// `hmg memorize` arguments: memory_memorize's, plus what only the command
+/// line sets (the kind, an expiry). Not an MCP tool: it travels between
+/// local processes through the relay as `hmg_memorize`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LocalMemorizeArgs {
+    /// The memory.
+    pub content: String,
+    /// Attribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// fact (default), handoff, lesson, episode or reflection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// ISO 8601 time after which the memory expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
 /// `memory_recall` arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -391,6 +410,8 @@ pub(crate) fn strip_integer_formats(value: &mut Value) {
 pub(crate) enum ToolCall {
     /// memory_memorize.
     Memorize(MemorizeArgs),
+    /// `hmg memorize` (any kind, an expiry; not an MCP tool).
+    LocalMemorize(LocalMemorizeArgs),
     /// memory_recall.
     Recall(RecallArgs),
     /// memory_correct.
@@ -415,6 +436,7 @@ impl ToolCall {
     pub(crate) fn decode(name: &str, arguments: Value) -> Result<ToolCall, ToolError> {
         Ok(match name {
             "memory_memorize" => ToolCall::Memorize(decode(arguments)?),
+            "hmg_memorize" => ToolCall::LocalMemorize(decode(arguments)?),
             "memory_recall" => ToolCall::Recall(decode(arguments)?),
             "memory_correct" => ToolCall::Correct(decode(arguments)?),
             "memory_govern" => ToolCall::Govern(decode(arguments)?),
@@ -433,6 +455,7 @@ impl ToolCall {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             ToolCall::Memorize(_) => "memory_memorize",
+            ToolCall::LocalMemorize(_) => "hmg_memorize",
             ToolCall::Recall(_) => "memory_recall",
             ToolCall::Correct(_) => "memory_correct",
             ToolCall::Govern(_) => "memory_govern",
@@ -447,6 +470,7 @@ impl ToolCall {
     pub(crate) fn scope(&self) -> Option<&ScopeInput> {
         match self {
             ToolCall::Memorize(a) => a.scope.as_ref(),
+            ToolCall::LocalMemorize(_) => None,
             ToolCall::Recall(a) => a.scope.as_ref(),
             ToolCall::Correct(a) => a.scope.as_ref(),
             ToolCall::Govern(a) => a.scope.as_ref(),
@@ -461,6 +485,7 @@ impl ToolCall {
     pub(crate) fn arguments(&self) -> Value {
         let value = match self {
             ToolCall::Memorize(a) => serde_json::to_value(a),
+            ToolCall::LocalMemorize(a) => serde_json::to_value(a),
             ToolCall::Recall(a) => serde_json::to_value(a),
             ToolCall::Correct(a) => serde_json::to_value(a),
             ToolCall::Govern(a) => serde_json::to_value(a),
@@ -492,6 +517,18 @@ impl ToolCall {
                 if let Some(source) = a.source {
                     request = request.with_source(source);
                 }
+                serde_json::to_value(memory.memorize(caller, request)?)
+            }
+            ToolCall::LocalMemorize(a) => {
+                let mut request = MemorizeRequest::new(a.content);
+                if let Some(source) = a.source {
+                    request = request.with_source(source);
+                }
+                if let Some(kind) = a.kind {
+                    let kind = kind.parse::<crate::atom::Kind>().map_err(|e| MemoryError::invalid("kind", e.to_string()))?;
+                    request = request.with_kind(kind);
+                }
+                request.expires_at = a.expires_at.as_deref().map(|t| crate::memory::parse_iso8601("expires_at", t)).transpose()?;
                 serde_json::to_value(memory.memorize(caller, request)?)
             }
             ToolCall::Recall(a) => {

@@ -1,0 +1,236 @@
+//! The commands that need the store in this process (`reindex`, `history`,
+//! `export`, `import`, `sparql`, `audit verify`): they read or rebuild more
+//! than a tool call carries, so they are refused while another process
+//! holds the store.
+
+use crate::fault::Classified;
+use std::path::{Path, PathBuf};
+
+use super::args::{AuditCommand, Command};
+use super::render::{Output, write_json};
+use super::{CliError, Exit, report_bad_input};
+use crate::memory::ExportFormat;
+use crate::{Caller, Memory, MemoryError};
+
+/// Runs a store command; `None` when `command` is not one.
+pub(super) fn run(
+    command: Command,
+    memory: &Memory,
+    caller: &Caller,
+    explicit_tenant: Option<&str>,
+    o: &mut Output<'_>,
+) -> Result<Option<Exit>, CliError> {
+    let exit = match command {
+        Command::Reindex => reindex(memory, caller, o)?,
+        Command::History { atom } => history(memory, caller, &atom, o)?,
+        Command::Export { format, all, output } => export(memory, caller, &format, all, output, o)?,
+        Command::Import { file } => import(memory, caller, &file, o)?,
+        Command::Sparql { file, format } => sparql(memory, caller, &file, &format, o)?,
+        Command::Audit { command: AuditCommand::Verify } => verify_audit(memory, explicit_tenant, o)?,
+        _ => return Ok(None),
+    };
+    Ok(Some(exit))
+}
+
+/// Whether `command` needs the store in this process.
+pub(super) fn needs_store(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Reindex
+            | Command::History { .. }
+            | Command::Export { .. }
+            | Command::Import { .. }
+            | Command::Sparql { .. }
+            | Command::Audit { .. }
+    )
+}
+
+fn reindex(memory: &Memory, caller: &Caller, o: &mut Output<'_>) -> Result<Exit, CliError> {
+    let started = std::time::Instant::now();
+    memory.reindex(&mut |stage, done, total| {
+        if done == total || done % 1000 < 64 {
+            let _ = writeln!(o.err, "reindex: {stage} {done} / {total}");
+        }
+    })?;
+    let stats = memory.stats(caller)?;
+    writeln!(
+        o.out,
+        "reindexed in {:.1} s: keyword {}, semantic {}",
+        started.elapsed().as_secs_f64(),
+        stats.indexes.keyword,
+        stats.indexes.semantic
+    )?;
+    Ok(Exit::Ok)
+}
+
+fn history(memory: &Memory, caller: &Caller, atom: &str, o: &mut Output<'_>) -> Result<Exit, CliError> {
+    let history = memory.history(caller, atom)?;
+    if o.json {
+        write_json(o.out, &history)?;
+    } else {
+        writeln!(o.out, "chain of {} (head {}):", history.atom_id, history.head)?;
+        for a in &history.chain {
+            writeln!(o.out, "  {} [{}] {} — {}", a.atom_id, a.status, a.created_at, a.content)?;
+        }
+        for a in &history.derived {
+            writeln!(o.out, "  derived {} [{} {}] {}", a.atom_id, a.kind, a.status, a.content)?;
+        }
+        writeln!(o.out, "audit:")?;
+        for e in &history.audit {
+            writeln!(
+                o.out,
+                "  #{} {} {} by {}{}",
+                e.seq,
+                e.time,
+                e.action,
+                e.actor,
+                e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn export(
+    memory: &Memory,
+    caller: &Caller,
+    format: &str,
+    all: bool,
+    output: Option<PathBuf>,
+    o: &mut Output<'_>,
+) -> Result<Exit, CliError> {
+    let format: ExportFormat = format.parse()?;
+    let count = match output {
+        Some(path) => {
+            let mut file = std::fs::File::create(&path).map_err(|source| CliError::Input { path: path.clone(), source })?;
+            let count = memory.export(caller, format, all, &mut file)?;
+            file.sync_all()?;
+            writeln!(o.err, "exported {count} records to {}", path.display())?;
+            count
+        }
+        None => memory.export(caller, format, all, o.out)?,
+    };
+    tracing::info!(count, "export finished");
+    Ok(Exit::Ok)
+}
+
+fn import(memory: &Memory, caller: &Caller, file: &Path, o: &mut Output<'_>) -> Result<Exit, CliError> {
+    let reader: Box<dyn std::io::BufRead> = if file.as_os_str() == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        let handle = std::fs::File::open(file).map_err(|source| CliError::Input { path: file.to_path_buf(), source })?;
+        Box::new(std::io::BufReader::new(handle))
+    };
+    let mut reader = reader;
+    let mut progress_error = None;
+    let report = memory.import(caller, &mut reader, &mut |line| {
+        // One line per committed record: an acknowledgement.
+        let result = if o.json {
+            serde_json::to_string(line).map_err(|e| std::io::Error::other(e.to_string())).and_then(|t| writeln!(o.out, "{t}"))
+        } else {
+            writeln!(
+                o.out,
+                "line {}: {} {}{}",
+                line.line,
+                line.effect.as_str(),
+                line.atom_id.as_deref().unwrap_or("-"),
+                line.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+            )
+        };
+        let result = result.and_then(|()| o.out.flush());
+        if let Err(error) = result {
+            progress_error.get_or_insert(error);
+        }
+    })?;
+    if let Some(error) = progress_error {
+        return Err(CliError::Output(error));
+    }
+    writeln!(o.err, "imported {} lines: {} applied, {} no_op, {} rejected", report.lines, report.applied, report.no_op, report.rejected)?;
+    Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
+}
+
+fn sparql(memory: &Memory, caller: &Caller, file: &Path, format: &str, o: &mut Output<'_>) -> Result<Exit, CliError> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file).map_err(|source| CliError::Input { path: file.to_path_buf(), source })?
+    };
+    let accept = match format {
+        "json" => "application/sparql-results+json",
+        "xml" => "application/sparql-results+xml",
+        "csv" => "text/csv",
+        "tsv" => "text/tab-separated-values",
+        "turtle" => "text/turtle",
+        "ntriples" => "application/n-triples",
+        other => {
+            return Err(MemoryError::invalid(
+                "format",
+                format!("unknown format '{other}'; expected json, xml, csv, tsv, turtle or ntriples"),
+            )
+            .into());
+        }
+    };
+    // Evaluated like the server does: in a worker process over a
+    // read-only checkpoint, so the limits hold.
+    let limits = crate::surface::sparql::Limits::default();
+    let answer = match (memory.store().read_snapshot().map_err(MemoryError::from)?, std::env::current_exe()) {
+        (Some(snapshot), Ok(worker)) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(crate::surface::sparql::answer_isolated(&worker, snapshot.dir(), &caller.scope.tenant_id, &text, accept, limits)),
+        _ => crate::surface::sparql::answer(memory.store(), &caller.scope.tenant_id, &text, accept, limits),
+    };
+    match answer {
+        Ok(answer) => {
+            o.out.write_all(&answer.body)?;
+            Ok(Exit::Ok)
+        }
+        Err(error @ crate::surface::sparql::SparqlError::NotAcceptable(_)) => Err(MemoryError::invalid(
+            "format",
+            format!("{error}: a SELECT/ASK query takes json, xml, csv or tsv; CONSTRUCT/DESCRIBE take turtle or ntriples"),
+        )
+        .into()),
+        Err(error) => report_bad_input(&error.to_string(), error.field(), o.json, o.out, o.err),
+    }
+}
+
+fn verify_audit(memory: &Memory, explicit_tenant: Option<&str>, o: &mut Output<'_>) -> Result<Exit, CliError> {
+    let results = memory.verify_audit(explicit_tenant)?;
+    let ok = results.iter().all(|r| r.first_broken.is_none());
+    if o.json {
+        let tenants: Vec<_> = results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "tenant": r.tenant,
+                    "entries": r.entries,
+                    "ok": r.first_broken.is_none(),
+                    "first_broken": r.first_broken.as_ref().map(|b| serde_json::json!({
+                        "seq": b.seq, "entry": b.entry.map(|e| e.to_string()), "problem": b.problem,
+                    })),
+                })
+            })
+            .collect();
+        write_json(o.out, &serde_json::json!({ "ok": ok, "tenants": tenants }))?;
+    } else {
+        for r in &results {
+            match &r.first_broken {
+                None => writeln!(o.out, "tenant {}: {} entries, chain intact", r.tenant, r.entries)?,
+                Some(b) => writeln!(
+                    o.out,
+                    "tenant {}: BROKEN at entry #{} ({}): {}",
+                    r.tenant,
+                    b.seq,
+                    b.entry.map(|e| e.to_string()).unwrap_or_default(),
+                    b.problem
+                )?,
+            }
+        }
+        if results.is_empty() {
+            writeln!(o.out, "no audit entries yet")?;
+        }
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Rejected })
+}
