@@ -467,6 +467,11 @@ fn check(caller: &Caller, request: &ReflectRequest) -> Result<Plan> {
 
 impl Plan {
     /// Whether `atom` is inside the caller's boundary and every filter.
+    /// An episode with content inside the run's time window.
+    fn in_window(&self, atom: &Atom) -> bool {
+        atom.kind == Kind::Episode && atom.content.is_some() && atom.created_at >= self.since && atom.created_at <= self.until
+    }
+
     fn keeps(&self, caller: &Caller, atom: &Atom) -> bool {
         if !in_boundary(caller, &atom.scope) {
             return false;
@@ -540,6 +545,53 @@ enum Write {
     Lifecycle { target: Atom, action: ReflectAction, status: Option<Status>, importance: Option<(f64, DateTime<Utc>)>, reason: String },
 }
 
+/// What a reflect run reads: the atoms it may act on, and the sources
+/// earlier runs already summarized or promoted.
+#[derive(Default)]
+struct Candidates {
+    atoms: Vec<Atom>,
+    summarized: HashSet<AtomId>,
+    promoted: HashSet<AtomId>,
+}
+
+/// The run's candidate budget (`limit`): an action that would exceed it
+/// stops, and the report says the run was truncated.
+struct Budget {
+    left: usize,
+    truncated: bool,
+}
+
+impl Budget {
+    /// Takes `n` from the budget, or marks the run truncated.
+    fn take(&mut self, n: usize) -> bool {
+        if n > self.left {
+            self.truncated = true;
+            return false;
+        }
+        self.left -= n;
+        true
+    }
+}
+
+/// Expiry, decay and archive decisions for atoms no earlier action of this
+/// run already changed the status of.
+fn plan_lifecycle(action: ReflectAction, plan: &Plan, atoms: &[Atom], budget: &mut Budget, writes: &mut Vec<Write>) {
+    let planned: HashSet<AtomId> = writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Lifecycle { target, status: Some(_), .. } => Some(target.id),
+            _ => None,
+        })
+        .collect();
+    for atom in atoms.iter().filter(|a| !planned.contains(&a.id)) {
+        let Some(decision) = lifecycle(action, atom, plan.until, writes) else { continue };
+        if !budget.take(1) {
+            break;
+        }
+        writes.push(decision);
+    }
+}
+
 impl Memory {
     /// `reflect`: plans the requested maintenance over the caller's
     /// boundary and, unless `dry_run`, writes it all in one transaction.
@@ -549,6 +601,24 @@ impl Memory {
         let plan = check(caller, &request)?;
         // Decay and archive read recall usage: write what is pending first.
         self.flush_usage()?;
+        let candidates = self.reflect_candidates(caller, &plan)?;
+        let mut budget = Budget { left: plan.filters.limit, truncated: false };
+        let mut writes: Vec<Write> = Vec::new();
+        for action in &plan.actions {
+            match action {
+                ReflectAction::Summarize => self.plan_summaries(caller, &plan, &candidates, &mut budget, &mut writes),
+                ReflectAction::Promote => self.plan_promotions(caller, &plan, &candidates, &mut budget, &mut writes)?,
+                ReflectAction::Expire | ReflectAction::Decay | ReflectAction::Archive => {
+                    plan_lifecycle(*action, &plan, &candidates.atoms, &mut budget, &mut writes)
+                }
+            }
+        }
+        self.finish(caller, &request, plan, writes, budget.truncated)
+    }
+
+    /// The active atoms the plan keeps, and the sources earlier runs
+    /// already summarized or promoted.
+    fn reflect_candidates(&self, caller: &Caller, plan: &Plan) -> Result<Candidates> {
         let tenant = &caller.scope.tenant_id;
         let ids: Vec<AtomId> = self
             .store
@@ -557,10 +627,7 @@ impl Memory {
             .filter_map(|row| row.get("atom").and_then(store::atom_id_of))
             .collect();
         let mut scopes = HashMap::new();
-        let mut atoms: Vec<Atom> = Vec::new();
-        // Sources already summarized or promoted (by any earlier run).
-        let mut summarized_sources: HashSet<AtomId> = HashSet::new();
-        let mut promoted_sources: HashSet<AtomId> = HashSet::new();
+        let mut candidates = Candidates::default();
         for (done, id) in ids.iter().enumerate() {
             if done > 0 && done % 10_000 == 0 {
                 tracing::info!(done, total = ids.len(), "reflect: reading atoms");
@@ -568,116 +635,94 @@ impl Memory {
             let Some(atom) = super::load_atom_cached(&self.store, tenant, *id, false, &mut scopes)? else { continue };
             if atom.source == "reflect" {
                 match atom.kind {
-                    Kind::Reflection => summarized_sources.extend(&atom.derived_from),
-                    Kind::Fact => promoted_sources.extend(&atom.derived_from),
+                    Kind::Reflection => candidates.summarized.extend(&atom.derived_from),
+                    Kind::Fact => candidates.promoted.extend(&atom.derived_from),
                     _ => {}
                 }
             }
             if atom.status == Status::Active && plan.keeps(caller, &atom) {
-                atoms.push(atom);
+                candidates.atoms.push(atom);
             }
         }
-        let mut budget = plan.filters.limit;
-        let mut truncated = false;
-        let mut writes: Vec<Write> = Vec::new();
-        let reflect_caller = |scope: &crate::scope::Scope| Caller { scope: scope.clone(), actor: caller.actor.clone() };
-        let in_window =
-            |a: &&Atom| a.kind == Kind::Episode && a.content.is_some() && a.created_at >= plan.since && a.created_at <= plan.until;
-        for action in &plan.actions {
-            match action {
-                ReflectAction::Summarize => {
-                    let mut groups: BTreeMap<(String, String), Vec<&Atom>> = BTreeMap::new();
-                    for atom in atoms.iter().filter(in_window).filter(|a| !summarized_sources.contains(&a.id)) {
-                        groups.entry((atom.scope.display(), group_of(atom))).or_default().push(atom);
-                    }
-                    for ((_, group), mut episodes) in groups {
-                        if episodes.len() < MIN_SUMMARY_EPISODES {
-                            continue;
-                        }
-                        if episodes.len() > budget {
-                            truncated = true;
-                            break;
-                        }
-                        budget -= episodes.len();
-                        episodes.sort_by_key(|a| (a.created_at, a.id));
-                        let content = summarize(&episodes, &group);
-                        let first = episodes[0];
-                        let (mut atom, entities) =
-                            new_atom(self.next_id(), content, Kind::Reflection, "reflect".to_owned(), &reflect_caller(&first.scope));
-                        atom.derived_from = episodes.iter().map(|a| a.id).collect();
-                        atom.session_id = first.session_id.clone();
-                        atom.importance = initial_importance(Kind::Reflection, atom.epistemic, "reflect");
-                        let reason = format!("reflect summarize: {} episodes of {group}", episodes.len());
-                        writes.push(Write::Summary { atom, entities, reason });
-                    }
-                }
-                ReflectAction::Promote => {
-                    let episodes: Vec<&Atom> = atoms.iter().filter(in_window).filter(|a| !promoted_sources.contains(&a.id)).collect();
-                    let sets: Vec<HashSet<String>> = episodes.iter().map(|a| term_set(a.content.as_deref().unwrap_or(""))).collect();
-                    let mut used = vec![false; episodes.len()];
-                    for i in 0..episodes.len() {
-                        if used[i] || sets[i].len() < 2 {
-                            continue;
-                        }
-                        let cluster: Vec<usize> = (i..episodes.len())
-                            .filter(|j| {
-                                !used[*j]
-                                    && episodes[*j].scope.same_repository(&episodes[i].scope)
-                                    && (*j == i || jaccard(&sets[i], &sets[*j]) >= PROMOTE_OVERLAP)
-                            })
-                            .collect();
-                        let sessions: Vec<String> = {
-                            let mut s: Vec<String> = cluster.iter().map(|j| group_of(episodes[*j])).collect();
-                            s.sort();
-                            s.dedup();
-                            s
-                        };
-                        if sessions.len() < 2 {
-                            continue;
-                        }
-                        if cluster.len() > budget {
-                            truncated = true;
-                            break;
-                        }
-                        budget -= cluster.len();
-                        for j in &cluster {
-                            used[*j] = true;
-                        }
-                        // The most recent wording, as a statement about the user.
-                        let latest = cluster.iter().map(|j| episodes[*j]).max_by_key(|a| (a.created_at, a.id)).unwrap_or(episodes[i]);
-                        let sentence = latest.content.as_deref().unwrap_or("").trim();
-                        let content = crate::extract::third_person(sentence.split_once(": ").map_or(sentence, |(_, s)| s));
-                        let scope_caller = reflect_caller(&latest.scope);
-                        if self.find_duplicate(&latest.scope, &content)?.is_some() {
-                            continue;
-                        }
-                        let (mut atom, entities) = new_atom(self.next_id(), content, Kind::Fact, "reflect".to_owned(), &scope_caller);
-                        atom.derived_from = cluster.iter().map(|j| episodes[*j].id).collect();
-                        let reason = format!("reflect promote: said in {} sessions ({})", sessions.len(), sessions.join(", "));
-                        writes.push(Write::Promotion { atom, entities, sessions, reason });
-                    }
-                }
-                ReflectAction::Expire | ReflectAction::Decay | ReflectAction::Archive => {
-                    let planned: HashSet<AtomId> = writes
-                        .iter()
-                        .filter_map(|w| match w {
-                            Write::Lifecycle { target, status: Some(_), .. } => Some(target.id),
-                            _ => None,
-                        })
-                        .collect();
-                    for atom in atoms.iter().filter(|a| !planned.contains(&a.id)) {
-                        let Some(decision) = lifecycle(*action, atom, plan.until, &writes) else { continue };
-                        if budget == 0 {
-                            truncated = true;
-                            break;
-                        }
-                        budget -= 1;
-                        writes.push(decision);
-                    }
-                }
-            }
+        Ok(candidates)
+    }
+
+    /// Summaries of sessions with enough episodes in the window.
+    fn plan_summaries(&self, caller: &Caller, plan: &Plan, candidates: &Candidates, budget: &mut Budget, writes: &mut Vec<Write>) {
+        let mut groups: BTreeMap<(String, String), Vec<&Atom>> = BTreeMap::new();
+        for atom in candidates.atoms.iter().filter(|a| plan.in_window(a)).filter(|a| !candidates.summarized.contains(&a.id)) {
+            groups.entry((atom.scope.display(), group_of(atom))).or_default().push(atom);
         }
-        self.finish(caller, &request, plan, writes, truncated)
+        for ((_, group), mut episodes) in groups {
+            if episodes.len() < MIN_SUMMARY_EPISODES {
+                continue;
+            }
+            if !budget.take(episodes.len()) {
+                break;
+            }
+            episodes.sort_by_key(|a| (a.created_at, a.id));
+            let content = summarize(&episodes, &group);
+            let first = episodes[0];
+            let scope_caller = Caller { scope: first.scope.clone(), actor: caller.actor.clone() };
+            let (mut atom, entities) = new_atom(self.next_id(), content, Kind::Reflection, "reflect".to_owned(), &scope_caller);
+            atom.derived_from = episodes.iter().map(|a| a.id).collect();
+            atom.session_id = first.session_id.clone();
+            atom.importance = initial_importance(Kind::Reflection, atom.epistemic, "reflect");
+            let reason = format!("reflect summarize: {} episodes of {group}", episodes.len());
+            writes.push(Write::Summary { atom, entities, reason });
+        }
+    }
+
+    /// Facts promoted from what was said alike in several sessions.
+    fn plan_promotions(
+        &self,
+        caller: &Caller,
+        plan: &Plan,
+        candidates: &Candidates,
+        budget: &mut Budget,
+        writes: &mut Vec<Write>,
+    ) -> Result<()> {
+        let episodes: Vec<&Atom> =
+            candidates.atoms.iter().filter(|a| plan.in_window(a)).filter(|a| !candidates.promoted.contains(&a.id)).collect();
+        let sets: Vec<HashSet<String>> = episodes.iter().map(|a| term_set(a.content.as_deref().unwrap_or(""))).collect();
+        let mut used = vec![false; episodes.len()];
+        for i in 0..episodes.len() {
+            if used[i] || sets[i].len() < 2 {
+                continue;
+            }
+            let cluster: Vec<usize> = (i..episodes.len())
+                .filter(|j| {
+                    !used[*j]
+                        && episodes[*j].scope.same_repository(&episodes[i].scope)
+                        && (*j == i || jaccard(&sets[i], &sets[*j]) >= PROMOTE_OVERLAP)
+                })
+                .collect();
+            let mut sessions: Vec<String> = cluster.iter().map(|j| group_of(episodes[*j])).collect();
+            sessions.sort();
+            sessions.dedup();
+            if sessions.len() < 2 {
+                continue;
+            }
+            if !budget.take(cluster.len()) {
+                break;
+            }
+            for j in &cluster {
+                used[*j] = true;
+            }
+            // The most recent wording, as a statement about the user.
+            let latest = cluster.iter().map(|j| episodes[*j]).max_by_key(|a| (a.created_at, a.id)).unwrap_or(episodes[i]);
+            let sentence = latest.content.as_deref().unwrap_or("").trim();
+            let content = crate::extract::third_person(sentence.split_once(": ").map_or(sentence, |(_, s)| s));
+            if self.find_duplicate(&latest.scope, &content)?.is_some() {
+                continue;
+            }
+            let scope_caller = Caller { scope: latest.scope.clone(), actor: caller.actor.clone() };
+            let (mut atom, entities) = new_atom(self.next_id(), content, Kind::Fact, "reflect".to_owned(), &scope_caller);
+            atom.derived_from = cluster.iter().map(|j| episodes[*j].id).collect();
+            let reason = format!("reflect promote: said in {} sessions ({})", sessions.len(), sessions.join(", "));
+            writes.push(Write::Promotion { atom, entities, sessions, reason });
+        }
+        Ok(())
     }
 
     fn finish(&self, caller: &Caller, request: &ReflectRequest, plan: Plan, writes: Vec<Write>, truncated: bool) -> Result<ReflectReport> {

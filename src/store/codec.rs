@@ -159,95 +159,136 @@ pub(crate) fn load_atom_cached(
         return Ok(None);
     }
     let corrupt = |what: &str| StoreError::Corrupt(format!("atom {id} has no valid {what}"));
-    let mut kind = None;
-    let mut content = None;
-    let mut source = None;
-    let mut status = None;
-    let mut epistemic = None;
-    let mut polarity = None;
-    let mut language = None;
-    let mut importance = 0.5;
-    let mut created_at = None;
-    let mut scope_node: Option<NamedNode> = None;
-    let mut entity_nodes = Vec::new();
-    let mut supersedes = None;
-    let mut derived_from = Vec::new();
-    let mut session_id = None;
-    let mut expires_at = None;
-    let mut last_recalled_at = None;
-    let mut recall_count = 0;
-    let mut last_decayed_at = None;
+    let mut fields = Fields::default();
     for quad in &quads {
-        let p = quad.predicate.as_ref();
-        let o = &quad.object;
+        fields.absorb(quad.predicate.as_ref(), &quad.object);
+    }
+    let scope_node = fields.scope_node.take().ok_or_else(|| corrupt("scope"))?;
+    let scope = scope_of(store, tenant, scope_node, scopes)?;
+    let entities = if with_entities { entity_labels(store, tenant, &fields.entity_nodes)? } else { Vec::new() };
+    Ok(Some(Atom {
+        id,
+        content: fields.content,
+        kind: fields.kind.ok_or_else(|| corrupt("kind"))?,
+        source: fields.source.unwrap_or_else(|| "agent".to_owned()),
+        scope,
+        epistemic: fields.epistemic.ok_or_else(|| corrupt("epistemic"))?,
+        polarity: fields.polarity.ok_or_else(|| corrupt("polarity"))?,
+        status: fields.status.ok_or_else(|| corrupt("status"))?,
+        created_at: fields.created_at.ok_or_else(|| corrupt("created_at"))?,
+        language: fields.language.unwrap_or_else(|| "und".to_owned()),
+        importance: fields.importance.unwrap_or(0.5),
+        entities,
+        supersedes: fields.supersedes,
+        derived_from: fields.derived_from,
+        session_id: fields.session_id,
+        expires_at: fields.expires_at,
+        last_recalled_at: fields.last_recalled_at,
+        recall_count: fields.recall_count,
+        last_decayed_at: fields.last_decayed_at,
+    }))
+}
+
+/// An atom's fields as its quads give them.
+#[derive(Default)]
+struct Fields {
+    kind: Option<Kind>,
+    content: Option<String>,
+    source: Option<String>,
+    status: Option<Status>,
+    epistemic: Option<Epistemic>,
+    polarity: Option<Polarity>,
+    language: Option<String>,
+    importance: Option<f64>,
+    created_at: Option<chrono::DateTime<chrono::Utc>>,
+    scope_node: Option<NamedNode>,
+    entity_nodes: Vec<NamedNode>,
+    supersedes: Option<AtomId>,
+    derived_from: Vec<AtomId>,
+    session_id: Option<String>,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    last_recalled_at: Option<chrono::DateTime<chrono::Utc>>,
+    recall_count: u64,
+    last_decayed_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Fields {
+    /// Takes in one quad of the atom.
+    fn absorb(&mut self, p: oxigraph::model::NamedNodeRef<'_>, o: &Term) {
+        let text = || literal_value(o).map(str::to_owned);
         if p == RDF_TYPE {
             if let Term::NamedNode(class) = o
                 && let Some(k) = kind_of_class(class.as_str())
             {
-                kind = Some(k);
+                self.kind = Some(k);
             }
         } else if p == hmg::CONTENT {
-            content = literal_value(o).map(str::to_owned);
+            self.content = text();
         } else if p == hmg::SOURCE {
-            source = literal_value(o).map(str::to_owned);
+            self.source = text();
         } else if p == hmg::STATUS {
-            status = literal_value(o).and_then(|v| v.parse::<Status>().ok());
+            self.status = literal_value(o).and_then(|v| v.parse::<Status>().ok());
         } else if p == hmg::EPISTEMIC {
-            epistemic = literal_value(o).and_then(|v| v.parse::<Epistemic>().ok());
+            self.epistemic = literal_value(o).and_then(|v| v.parse::<Epistemic>().ok());
         } else if p == hmg::POLARITY {
-            polarity = literal_value(o).and_then(|v| v.parse::<Polarity>().ok());
+            self.polarity = literal_value(o).and_then(|v| v.parse::<Polarity>().ok());
         } else if p == hmg::LANGUAGE {
-            language = literal_value(o).map(str::to_owned);
+            self.language = text();
         } else if p == hmg::IMPORTANCE {
-            importance = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0.5);
+            self.importance = literal_value(o).and_then(|v| v.parse().ok());
         } else if p == hmg::CREATED_AT {
-            created_at = super::audit::parse_datetime(o);
+            self.created_at = super::audit::parse_datetime(o);
         } else if p == hmg::SESSION_ID {
-            session_id = literal_value(o).map(str::to_owned);
+            self.session_id = text();
         } else if p == hmg::EXPIRES_AT {
-            expires_at = super::audit::parse_datetime(o);
+            self.expires_at = super::audit::parse_datetime(o);
         } else if p == hmg::LAST_RECALLED_AT {
-            last_recalled_at = super::audit::parse_datetime(o);
+            self.last_recalled_at = super::audit::parse_datetime(o);
         } else if p == hmg::DECAYED_AT {
-            last_decayed_at = super::audit::parse_datetime(o);
+            self.last_decayed_at = super::audit::parse_datetime(o);
         } else if p == hmg::RECALL_COUNT {
-            recall_count = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0);
+            self.recall_count = literal_value(o).and_then(|v| v.parse().ok()).unwrap_or(0);
         } else if p == hmg::IN_SCOPE {
             if let Term::NamedNode(n) = o {
-                scope_node = Some(n.clone());
+                self.scope_node = Some(n.clone());
             }
         } else if p == hmg::MENTIONS {
             if let Term::NamedNode(n) = o {
-                entity_nodes.push(n.clone());
+                self.entity_nodes.push(n.clone());
             }
         } else if p == prov::WAS_REVISION_OF {
-            supersedes = super::atom_id_of(o);
+            self.supersedes = super::atom_id_of(o);
         } else if p == prov::WAS_DERIVED_FROM {
-            derived_from.extend(super::atom_id_of(o));
+            self.derived_from.extend(super::atom_id_of(o));
         }
     }
-    let scope_node = scope_node.ok_or_else(|| corrupt("scope"))?;
-    let scope = match scopes.get(&scope_node) {
-        Some(scope) => scope.clone(),
-        None => {
-            let mut scope = Scope::tenant(tenant);
-            for quad in store.describe(tenant, scope_node.as_ref())? {
-                let value = literal_value(&quad.object).map(str::to_owned);
-                let p = quad.predicate.as_ref();
-                if p == hmg::WORKSPACE {
-                    scope.workspace = value;
-                } else if p == hmg::REPOSITORY {
-                    scope.repository = value;
-                } else if p == hmg::BRANCH {
-                    scope.branch = value;
-                }
-            }
-            scopes.insert(scope_node, scope.clone());
-            scope
+}
+
+/// The scope a scope node names, read once per node (`scopes` caches them).
+fn scope_of(store: &Store, tenant: &str, node: NamedNode, scopes: &mut HashMap<NamedNode, Scope>) -> Result<Scope> {
+    if let Some(scope) = scopes.get(&node) {
+        return Ok(scope.clone());
+    }
+    let mut scope = Scope::tenant(tenant);
+    for quad in store.describe(tenant, node.as_ref())? {
+        let value = literal_value(&quad.object).map(str::to_owned);
+        let p = quad.predicate.as_ref();
+        if p == hmg::WORKSPACE {
+            scope.workspace = value;
+        } else if p == hmg::REPOSITORY {
+            scope.repository = value;
+        } else if p == hmg::BRANCH {
+            scope.branch = value;
         }
-    };
-    let mut entities = Vec::with_capacity(entity_nodes.len());
-    for node in entity_nodes.into_iter().filter(|_| with_entities) {
+    }
+    scopes.insert(node, scope.clone());
+    Ok(scope)
+}
+
+/// The labels of entity nodes, sorted.
+fn entity_labels(store: &Store, tenant: &str, nodes: &[NamedNode]) -> Result<Vec<String>> {
+    let mut entities = Vec::with_capacity(nodes.len());
+    for node in nodes {
         let label = store
             .describe(tenant, node.as_ref())?
             .into_iter()
@@ -256,25 +297,5 @@ pub(crate) fn load_atom_cached(
         entities.extend(label);
     }
     entities.sort();
-    Ok(Some(Atom {
-        id,
-        content,
-        kind: kind.ok_or_else(|| corrupt("kind"))?,
-        source: source.unwrap_or_else(|| "agent".to_owned()),
-        scope,
-        epistemic: epistemic.ok_or_else(|| corrupt("epistemic"))?,
-        polarity: polarity.ok_or_else(|| corrupt("polarity"))?,
-        status: status.ok_or_else(|| corrupt("status"))?,
-        created_at: created_at.ok_or_else(|| corrupt("created_at"))?,
-        language: language.unwrap_or_else(|| "und".to_owned()),
-        importance,
-        entities,
-        supersedes,
-        derived_from,
-        session_id,
-        expires_at,
-        last_recalled_at,
-        recall_count,
-        last_decayed_at,
-    }))
+    Ok(entities)
 }

@@ -819,6 +819,27 @@ async fn openapi_json() -> axum::Json<serde_json::Value> {
 /// that decode and encode them.
 pub(crate) fn openapi() -> serde_json::Value {
     use serde_json::json;
+    let (components, id_schema) = openapi_components();
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "HMG MemoryVG API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "mem0-style memory API of HMG. user_id → workspace, agent_id → repository, run_id → branch of the caller's tenant. Add extracts facts and merges them (ADD, UPDATE = replace, DELETE = negate, NONE); nothing is lost from history.",
+        },
+        "servers": [{ "url": BASE }],
+        "components": {
+            "schemas": components,
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "Created with `hmg token create`; a loopback server without tokens needs none." } },
+        },
+        "security": [{ "bearer": [] }, {}],
+        "paths": openapi_paths(&id_schema),
+    })
+}
+
+/// The request and response schemas (`#/components/schemas/…`), and the
+/// schema of an id parameter.
+fn openapi_components() -> (serde_json::Value, serde_json::Value) {
     let mut settings = schemars::generate::SchemaSettings::draft2020_12();
     settings.definitions_path = "#/components/schemas/".into();
     let mut generator = settings.into_generator();
@@ -858,33 +879,43 @@ pub(crate) fn openapi() -> serde_json::Value {
     }
     let mut components = serde_json::Value::Object(components);
     crate::tools::strip_integer_formats(&mut components);
-    let reference = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
-    let content = |name: &str| json!({ "application/json": { "schema": reference(name) } });
-    let errors = |codes: &[&str]| {
-        let mut map = serde_json::Map::new();
-        for code in codes {
-            let description = match *code {
-                "400" => "Malformed request: the detail says what is wrong, and field which field",
-                "401" => "Missing or unknown access token",
-                "403" => "The token lacks the scope this route needs",
-                "404" => "No such memory in the selected scope",
-                "409" => "The memory changed meanwhile; nothing was written",
-                "413" => "Body larger than 1 MiB",
-                "415" => "Body not sent as application/json",
-                _ => "The store is held by another process",
-            };
-            map.insert((*code).to_owned(), json!({ "description": description, "content": content("ErrorBody") }));
-        }
-        map
-    };
-    let with = |ok: serde_json::Value, codes: &[&str]| {
-        let mut map = errors(codes);
-        map.insert("200".to_owned(), ok);
-        serde_json::Value::Object(map)
-    };
     // A query parameter is a string or absent, never null.
     let mut id_schema = serde_json::to_value(id_schema(&mut generator)).unwrap_or_default();
-    id_schema["type"] = json!("string");
+    id_schema["type"] = serde_json::json!("string");
+    (components, id_schema)
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    serde_json::json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn content(name: &str) -> serde_json::Value {
+    serde_json::json!({ "application/json": { "schema": reference(name) } })
+}
+
+/// A route's responses: `ok` as 200 and the error `codes` it can answer.
+fn responses(ok: serde_json::Value, codes: &[&str]) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    for code in codes {
+        let description = match *code {
+            "400" => "Malformed request: the detail says what is wrong, and field which field",
+            "401" => "Missing or unknown access token",
+            "403" => "The token lacks the scope this route needs",
+            "404" => "No such memory in the selected scope",
+            "409" => "The memory changed meanwhile; nothing was written",
+            "413" => "Body larger than 1 MiB",
+            "415" => "Body not sent as application/json",
+            _ => "The store is held by another process",
+        };
+        map.insert((*code).to_owned(), serde_json::json!({ "description": description, "content": content("ErrorBody") }));
+    }
+    map.insert("200".to_owned(), ok);
+    serde_json::Value::Object(map)
+}
+
+/// Every route with its parameters and answers.
+fn openapi_paths(id_schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::json;
     let id_param = |name: &str, description: &str, location: &str| json!({ "name": name, "in": location, "required": false, "description": description, "schema": id_schema.clone() });
     let scope_params = || {
         vec![
@@ -901,6 +932,7 @@ pub(crate) fn openapi() -> serde_json::Value {
         serde_json::Value::Array(params)
     };
     let ok = |name: &str, description: &str| json!({ "description": description, "content": content(name) });
+    let with = responses;
     let mut list_params = scope_params();
     list_params
         .push(json!({ "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 200 } }));
@@ -908,79 +940,65 @@ pub(crate) fn openapi() -> serde_json::Value {
     let purge = json!({ "name": "purge", "in": "query", "required": false, "description": "Destroy the content of every version (tombstone) instead of marking the memory deleted.", "schema": { "type": "boolean" } });
     let common = ["400", "401", "403", "413", "503"];
     json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "HMG MemoryVG API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "mem0-style memory API of HMG. user_id → workspace, agent_id → repository, run_id → branch of the caller's tenant. Add extracts facts and merges them (ADD, UPDATE = replace, DELETE = negate, NONE); nothing is lost from history.",
-        },
-        "servers": [{ "url": BASE }],
-        "components": {
-            "schemas": components,
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "Created with `hmg token create`; a loopback server without tokens needs none." } },
-        },
-        "security": [{ "bearer": [] }, {}],
-        "paths": {
-            "/add": { "post": {
-                "operationId": "add",
-                "summary": "Extract facts from messages and merge them into memory",
-                "requestBody": { "required": true, "content": content("AddRequest") },
-                "responses": with(ok("AddResponse", "One result per fact"), &[&common[..], &["415"]].concat()),
-            }},
-            "/search": { "post": {
-                "operationId": "search",
-                "summary": "Search memories (keyword + semantic + graph, fused); score > 0.85 is high confidence",
-                "requestBody": { "required": true, "content": content("SearchRequest") },
-                "responses": with(ok("SearchResponse", "Best first"), &[&common[..], &["415"]].concat()),
-            }},
-            "/": {
-                "get": {
-                    "operationId": "list",
-                    "summary": "List the active memories of a scope, newest first",
-                    "parameters": list_params,
-                    "responses": with(ok("ListResponse", "One page"), &common),
-                },
-                "delete": {
-                    "operationId": "delete_all",
-                    "summary": "Delete (negate) every active memory of a scope",
-                    "parameters": scope_params(),
-                    "responses": with(ok("ChangeResponse", "How many were deleted"), &common),
-                },
+        "/add": { "post": {
+            "operationId": "add",
+            "summary": "Extract facts from messages and merge them into memory",
+            "requestBody": { "required": true, "content": content("AddRequest") },
+            "responses": with(ok("AddResponse", "One result per fact"), &[&common[..], &["415"]].concat()),
+        }},
+        "/search": { "post": {
+            "operationId": "search",
+            "summary": "Search memories (keyword + semantic + graph, fused); score > 0.85 is high confidence",
+            "requestBody": { "required": true, "content": content("SearchRequest") },
+            "responses": with(ok("SearchResponse", "Best first"), &[&common[..], &["415"]].concat()),
+        }},
+        "/": {
+            "get": {
+                "operationId": "list",
+                "summary": "List the active memories of a scope, newest first",
+                "parameters": list_params,
+                "responses": with(ok("ListResponse", "One page"), &common),
             },
-            "/{memory_id}": {
-                "get": {
-                    "operationId": "get",
-                    "summary": "The current version of a memory",
-                    "parameters": with_id(vec![]),
-                    "responses": with(ok("MemoryItem", "The memory"), &[&common[..], &["404"]].concat()),
-                },
-                "put": {
-                    "operationId": "update",
-                    "summary": "Replace a memory's text (a new version; the old one stays in its history)",
-                    "parameters": with_id(vec![]),
-                    "requestBody": { "required": true, "content": content("UpdateRequest") },
-                    "responses": with(ok("ChangeResponse", "The new version"), &[&common[..], &["404", "409", "415"]].concat()),
-                },
-                "delete": {
-                    "operationId": "delete",
-                    "summary": "Delete a memory: negate it (history kept), or purge=true to destroy every version's content",
-                    "parameters": with_id(vec![purge]),
-                    "responses": with(ok("ChangeResponse", "Deleted"), &[&common[..], &["404", "409"]].concat()),
-                },
+            "delete": {
+                "operationId": "delete_all",
+                "summary": "Delete (negate) every active memory of a scope",
+                "parameters": scope_params(),
+                "responses": with(ok("ChangeResponse", "How many were deleted"), &common),
             },
-            "/{memory_id}/history": { "get": {
-                "operationId": "history",
-                "summary": "The ADD / UPDATE / DELETE events of a memory, from its audit chain",
+        },
+        "/{memory_id}": {
+            "get": {
+                "operationId": "get",
+                "summary": "The current version of a memory",
                 "parameters": with_id(vec![]),
-                "responses": with(json!({ "description": "Oldest first", "content": { "application/json": { "schema": { "type": "array", "items": reference("HistoryEvent") } } } }), &[&common[..], &["404"]].concat()),
-            }},
-            "/openapi.json": { "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "security": [{}],
-                "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } },
-            }},
+                "responses": with(ok("MemoryItem", "The memory"), &[&common[..], &["404"]].concat()),
+            },
+            "put": {
+                "operationId": "update",
+                "summary": "Replace a memory's text (a new version; the old one stays in its history)",
+                "parameters": with_id(vec![]),
+                "requestBody": { "required": true, "content": content("UpdateRequest") },
+                "responses": with(ok("ChangeResponse", "The new version"), &[&common[..], &["404", "409", "415"]].concat()),
+            },
+            "delete": {
+                "operationId": "delete",
+                "summary": "Delete a memory: negate it (history kept), or purge=true to destroy every version's content",
+                "parameters": with_id(vec![purge]),
+                "responses": with(ok("ChangeResponse", "Deleted"), &[&common[..], &["404", "409"]].concat()),
+            },
         },
+        "/{memory_id}/history": { "get": {
+            "operationId": "history",
+            "summary": "The ADD / UPDATE / DELETE events of a memory, from its audit chain",
+            "parameters": with_id(vec![]),
+            "responses": with(json!({ "description": "Oldest first", "content": { "application/json": { "schema": { "type": "array", "items": reference("HistoryEvent") } } } }), &[&common[..], &["404"]].concat()),
+        }},
+        "/openapi.json": { "get": {
+            "operationId": "openapi",
+            "summary": "This document",
+            "security": [{}],
+            "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } },
+        }},
     })
 }
 
