@@ -10,7 +10,7 @@ use crate::store::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
 /// The scope fields as shown on the wire (`ScopeInput` of the seeds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ScopeView {
     /// Tenant.
     pub tenant_id: String,
@@ -23,7 +23,7 @@ pub struct ScopeView {
 }
 
 /// An atom as every surface shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct AtomView {
     /// ULID.
     pub atom_id: String,
@@ -86,7 +86,7 @@ impl From<&Atom> for AtomView {
 }
 
 /// An audit entry as shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditView {
     /// Entry id.
     pub audit_id: String,
@@ -140,7 +140,7 @@ impl From<&AuditEntry> for AuditView {
 }
 
 /// An atom's whole evolution chain and audit trail.
-#[derive(Debug, Clone, PartialEq, Serialize, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct History {
     /// The atom asked about.
     pub atom_id: String,
@@ -219,7 +219,7 @@ impl AtomFilter {
 }
 
 /// Per-index coverage counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct IndexCounts {
     /// Atoms with a vector in the semantic index.
     pub semantic: u64,
@@ -232,7 +232,7 @@ pub struct IndexCounts {
 }
 
 /// Output of `memory_stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, async_graphql::SimpleObject, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize)]
 pub struct Stats {
     /// Atoms of the caller's tenant (every status).
     pub atoms: u64,

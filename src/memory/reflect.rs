@@ -60,9 +60,8 @@ pub const ARCHIVE_IDLE_DAYS: i64 = 30;
 pub const ARCHIVE_BELOW: f64 = 0.2;
 
 /// One of the five published actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema, async_graphql::Enum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
-#[graphql(rename_items = "lowercase")]
 pub enum ReflectAction {
     /// Recent episodes → reflection records.
     Summarize,
@@ -106,15 +105,12 @@ impl ReflectAction {
     }
 }
 
-/// Input of `reflect`, as the seed names it. Every field is optional. Also
-/// the GraphQL input type `ReflectInput`.
-#[derive(Debug, Clone, Default, PartialEq, async_graphql::InputObject)]
-#[graphql(name = "ReflectInput")]
+/// Input of `reflect`, as the seed names it. Every field is optional.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReflectRequest {
     /// Comma-separated actions (default all five; aliases accepted).
     pub actions_csv: Option<String>,
     /// Plan and count only; write nothing.
-    #[graphql(default)]
     pub dry_run: bool,
     /// Look-back window for summarize/promote in hours (default 24, > 0).
     pub time_window_hours: Option<f64>,
@@ -139,12 +135,11 @@ pub struct ReflectRequest {
     pub limit: Option<i64>,
     /// Test hook: fail before the n-th write (the whole run rolls back).
     #[doc(hidden)]
-    #[graphql(skip)]
     pub fail_after_writes: Option<usize>,
 }
 
 /// The filters as applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectFilters {
     /// Logical path pattern.
     pub path_filter: String,
@@ -165,7 +160,7 @@ pub struct ReflectFilters {
 }
 
 /// A reflection record (planned or written).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectSummary {
     /// The reflection atom (absent in a dry run).
     pub atom_id: Option<String>,
@@ -180,7 +175,7 @@ pub struct ReflectSummary {
 }
 
 /// A promotion (planned or written).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectPromotion {
     /// The new fact (absent in a dry run).
     pub atom_id: Option<String>,
@@ -195,7 +190,7 @@ pub struct ReflectPromotion {
 }
 
 /// An expire, decay or archive decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectLifecycle {
     /// The atom.
     pub atom_id: String,
@@ -210,7 +205,7 @@ pub struct ReflectLifecycle {
 }
 
 /// The five counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectCounts {
     /// Reflection records.
     pub summarized: usize,
@@ -225,7 +220,7 @@ pub struct ReflectCounts {
 }
 
 /// Output of `reflect`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema, async_graphql::SimpleObject)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReflectReport {
     /// Whether nothing was written.
     pub dry_run: bool,

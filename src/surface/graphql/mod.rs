@@ -18,6 +18,8 @@
 //!   [`SCAN_COST`]). The SDL is checked in as `schema/schema.graphql` and a
 //!   test fails when it drifts.
 
+mod types;
+
 use crate::fault::{Classified, Fault};
 use crate::surface::status;
 use std::collections::BTreeMap;
@@ -25,10 +27,11 @@ use std::sync::Arc;
 
 use async_graphql::{Context, EmptySubscription, ErrorExtensions, InputObject, Object, Schema, SimpleObject};
 
-use crate::memory::{AtomFilter, AtomView, Caller, History, Memory, MemoryError, Stats};
+use crate::memory::{AtomFilter, AtomView, Caller, Memory, MemoryError};
 use crate::scope::Scope;
 use crate::surface::token::Principal;
 use crate::tools::relay::SharedMemory;
+use types::{Atom, History, ReflectInput, ReflectReport, Stats};
 
 /// The schema type.
 pub(crate) type HmgSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
@@ -244,7 +247,7 @@ fn time(field: &'static str, value: Option<String>) -> Result<Option<chrono::Dat
 #[derive(Debug, Clone, SimpleObject)]
 pub(crate) struct AtomConnection {
     /// Newest first.
-    pub nodes: Vec<AtomView>,
+    pub nodes: Vec<Atom>,
     /// Cursor for `after` (null on the last page).
     pub end_cursor: Option<String>,
     /// Whether another page follows.
@@ -255,7 +258,7 @@ pub(crate) struct AtomConnection {
 
 /// An entity and the atoms that mention it.
 #[derive(Debug, Clone, SimpleObject)]
-pub(crate) struct EntityCount {
+pub(crate) struct Entity {
     /// Entity name as written.
     pub name: String,
     /// How many atoms mention it.
@@ -404,7 +407,7 @@ impl QueryRoot {
                 has_next_page: page.next_cursor.is_some(),
                 end_cursor: page.next_cursor,
                 total_count: page.total,
-                nodes: page.atoms,
+                nodes: page.atoms.into_iter().map(Atom::from).collect(),
             })
         })
         .await
@@ -414,12 +417,12 @@ impl QueryRoot {
     #[graphql(complexity = "20 + child_complexity")]
     async fn atom(&self, ctx: &Context<'_>, id: String) -> async_graphql::Result<History> {
         let (principal, memory) = access(ctx, false)?;
-        blocking(move || memory.history(&caller(&principal, None), &id).map_err(memory_error)).await
+        blocking(move || memory.history(&caller(&principal, None), &id).map(History::from).map_err(memory_error)).await
     }
 
     /// Entities and the atoms mentioning them, most mentioned first (reads every atom).
     #[graphql(complexity = "SCAN_COST + usize::try_from(first).unwrap_or(0).min(500) * child_complexity")]
-    async fn entities(&self, ctx: &Context<'_>, #[graphql(default = 50)] first: i32) -> async_graphql::Result<Vec<EntityCount>> {
+    async fn entities(&self, ctx: &Context<'_>, #[graphql(default = 50)] first: i32) -> async_graphql::Result<Vec<Entity>> {
         let (principal, memory) = access(ctx, false)?;
         let first = usize::try_from(first).unwrap_or(0).min(500);
         blocking(move || {
@@ -429,8 +432,8 @@ impl QueryRoot {
                     by_name.entry(entity).or_default().push(atom.atom_id.clone());
                 }
             }
-            let mut entities: Vec<EntityCount> =
-                by_name.into_iter().map(|(name, atom_ids)| EntityCount { name, atom_count: atom_ids.len(), atom_ids }).collect();
+            let mut entities: Vec<Entity> =
+                by_name.into_iter().map(|(name, atom_ids)| Entity { name, atom_count: atom_ids.len(), atom_ids }).collect();
             entities.sort_by(|a, b| b.atom_count.cmp(&a.atom_count).then(a.name.cmp(&b.name)));
             entities.truncate(first);
             Ok(entities)
@@ -460,7 +463,7 @@ impl QueryRoot {
     #[graphql(complexity = "100 + child_complexity")]
     async fn stats(&self, ctx: &Context<'_>) -> async_graphql::Result<Stats> {
         let (principal, memory) = access(ctx, false)?;
-        blocking(move || memory.stats(&caller(&principal, None)).map_err(memory_error)).await
+        blocking(move || memory.stats(&caller(&principal, None)).map(Stats::from).map_err(memory_error)).await
     }
 
     /// memory_recall, with each stage's contribution when `explain` is set.
@@ -570,11 +573,11 @@ impl MutationRoot {
     /// reflect (seed 004): summarize, promote, expire, decay, archive over
     /// your tenant. A dry run needs memory:read, a real run memory:write.
     #[graphql(complexity = "SCAN_COST + child_complexity")]
-    async fn reflect(&self, ctx: &Context<'_>, input: Option<crate::ReflectRequest>) -> async_graphql::Result<crate::ReflectReport> {
-        let request = input.unwrap_or_default();
+    async fn reflect(&self, ctx: &Context<'_>, input: Option<ReflectInput>) -> async_graphql::Result<ReflectReport> {
+        let request: crate::ReflectRequest = input.unwrap_or_default().into();
         let (principal, memory) = access(ctx, !request.dry_run)?;
         let caller = caller(&principal, None);
-        blocking(move || memory.reflect(&caller, request).map_err(memory_error)).await
+        blocking(move || memory.reflect(&caller, request).map(ReflectReport::from).map_err(memory_error)).await
     }
 
     /// memory_handoff.
