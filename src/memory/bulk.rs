@@ -38,7 +38,7 @@ impl Memory {
     #[tracing::instrument(skip(self, filter, reason), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
     pub fn negate_all(&self, caller: &Caller, filter: &AtomFilter, reason: &str) -> Result<usize> {
         let reason = clean_reason(reason)?;
-        let filter = AtomFilter { status: Some(Status::Active.as_str().to_owned()), ..filter.clone() };
+        let filter = AtomFilter { status: Some(Status::Active), ..filter.clone() };
         let targets = self.atoms_matching(caller, &filter)?;
         let mutations: Vec<Mutation<'_>> = targets
             .iter()

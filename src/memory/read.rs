@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::{Caller, Memory, MemoryError, Result};
-use crate::atom::{Atom, AtomId, parse_atom_id};
+use crate::atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status, parse_atom_id};
 use crate::store::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
@@ -165,14 +165,14 @@ pub struct AtomFilter {
     pub branch: Option<String>,
     /// Only tenant-wide atoms (no workspace, no repository).
     pub tenant_wide: bool,
-    /// Kind (`fact`, `handoff`, …).
-    pub kind: Option<String>,
-    /// Status (`active`, `negated`, …).
-    pub status: Option<String>,
-    /// Epistemic (`actual`, `necessary`, `possible`).
-    pub epistemic: Option<String>,
-    /// Polarity (`affirmative`, `negative`, `conditional`).
-    pub polarity: Option<String>,
+    /// Kind.
+    pub kind: Option<Kind>,
+    /// Status.
+    pub status: Option<Status>,
+    /// Epistemic status.
+    pub epistemic: Option<Epistemic>,
+    /// Polarity.
+    pub polarity: Option<Polarity>,
     /// Created at or after.
     pub created_after: Option<chrono::DateTime<chrono::Utc>>,
     /// Created before.
@@ -208,10 +208,10 @@ impl AtomFilter {
             && same(&self.repository, &atom.scope.repository)
             && same(&self.branch, &atom.scope.branch)
             && (!self.tenant_wide || atom.scope.is_tenant_wide())
-            && self.kind.as_ref().is_none_or(|k| atom.kind.as_str() == k)
-            && self.status.as_ref().is_none_or(|k| atom.status.as_str() == k)
-            && self.epistemic.as_ref().is_none_or(|k| atom.epistemic.as_str() == k)
-            && self.polarity.as_ref().is_none_or(|k| atom.polarity.as_str() == k)
+            && self.kind.is_none_or(|k| atom.kind == k)
+            && self.status.is_none_or(|s| atom.status == s)
+            && self.epistemic.is_none_or(|e| atom.epistemic == e)
+            && self.polarity.is_none_or(|p| atom.polarity == p)
             && self.created_after.is_none_or(|t| atom.created_at >= t)
             && self.created_before.is_none_or(|t| atom.created_at < t)
             && text.is_none_or(|t| atom.visible_content().to_lowercase().contains(&t))

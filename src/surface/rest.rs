@@ -599,7 +599,7 @@ fn scope_filter(scope: &Scope) -> AtomFilter {
         workspace: scope.workspace.clone(),
         repository: scope.repository.clone(),
         branch: scope.branch.clone(),
-        status: Some(Status::Active.as_str().to_owned()),
+        status: Some(Status::Active),
         exact_scope: true,
         ..AtomFilter::default()
     }

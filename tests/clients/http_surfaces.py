@@ -136,6 +136,12 @@ async def main():
     check(all(n["atomId"] != bob_atom and "Redis" not in n["content"] for n in data["atoms"]["nodes"]), "graphql atoms stay in tenant", data)
     check(all(h["atomId"] != bob_atom for h in data["recall"]), "graphql recall stays in tenant", data)
     check(all(e["name"] != "Redis" for e in data["entities"]), "graphql entities stay in tenant", data)
+    # Filters of closed sets are checked: a known value narrows, an unknown one names the field.
+    data = gql_ok('{ atoms(first: 200, filter: {status: "active", kind: "fact"}) { nodes { status kind } } }', ALICE, "graphql enum filter")
+    check(data["atoms"]["nodes"] and all(n["status"] == "active" and n["kind"] == "fact" for n in data["atoms"]["nodes"]), "graphql filter narrows", data)
+    status, answer = gql('{ atoms(filter: {status: "deleted"}) { totalCount } }', ALICE)
+    error = (answer.get("errors") or [{}])[0]
+    check(error.get("extensions", {}).get("code") == "BAD_USER_INPUT" and error["extensions"].get("field") == "filter.status" and "negated" in error.get("message", ""), "graphql unknown filter value", answer)
     for mutation in ['correct(targetAtom: $id, action: "negate", reason: "x") { effect }', 'govern(targetAtom: $id, action: "tombstone", reason: "x") { effect }']:
         status, answer = gql(f"mutation($id: String!) {{ {mutation} }}", ALICE, {"id": bob_atom})
         check(answer.get("errors") and answer["errors"][0]["extensions"]["code"] in ("NOT_FOUND", "BAD_USER_INPUT"), f"graphql {mutation}", answer)

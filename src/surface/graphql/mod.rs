@@ -243,6 +243,15 @@ fn time(field: &'static str, value: Option<String>) -> Result<Option<chrono::Dat
         .transpose()
 }
 
+/// A filter value of a closed set (`kind`, `status`, …), checked: an
+/// unknown one is an error naming the field and the values allowed.
+fn closed<T: std::str::FromStr<Err = crate::atom::UnknownValue>>(
+    field: &'static str,
+    value: Option<String>,
+) -> Result<Option<T>, async_graphql::Error> {
+    value.map(|v| v.parse::<T>().map_err(|e| memory_error(MemoryError::invalid(field, e.to_string())))).transpose()
+}
+
 /// A page of atoms.
 #[derive(Debug, Clone, SimpleObject)]
 pub(crate) struct AtomConnection {
@@ -392,10 +401,10 @@ impl QueryRoot {
             repository: f.repository,
             branch: f.branch,
             tenant_wide: f.tenant_wide,
-            kind: f.kind,
-            status: f.status,
-            epistemic: f.epistemic,
-            polarity: f.polarity,
+            kind: closed("filter.kind", f.kind)?,
+            status: closed("filter.status", f.status)?,
+            epistemic: closed("filter.epistemic", f.epistemic)?,
+            polarity: closed("filter.polarity", f.polarity)?,
             text: f.text,
             exact_scope: false,
         };
