@@ -183,7 +183,7 @@ mod tests {
         let head = third[0].id.clone().unwrap();
         let history = memory.history(&caller, &head).unwrap();
         assert_eq!(history.chain.len(), 3, "{history:?}");
-        assert_eq!(history.chain.iter().filter(|a| a.status == "active").count(), 1);
+        assert_eq!(history.chain.iter().filter(|a| a.status == crate::Status::Active).count(), 1);
         let again = add(&memory, &caller, "I prefer two spaces for indentation.");
         assert_eq!(again[0].event, MergeEvent::None);
         // Unrelated facts are added beside it.
@@ -200,7 +200,7 @@ mod tests {
         let deleted = add(&memory, &caller, "我不再喜欢喝咖啡。");
         assert_eq!(deleted[0].event, MergeEvent::Delete, "{deleted:?}");
         let history = memory.history(&caller, added[0].id.as_deref().unwrap()).unwrap();
-        assert_eq!(history.chain[0].status, "negated");
+        assert_eq!(history.chain[0].status, crate::Status::Negated);
         assert!(history.chain[0].content.contains("咖啡"), "history keeps the content");
     }
 }

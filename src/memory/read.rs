@@ -30,17 +30,17 @@ pub struct AtomView {
     /// Content, or a placeholder saying why it is hidden.
     pub content: String,
     /// fact / handoff / lesson / episode / reflection.
-    pub kind: String,
+    pub kind: Kind,
     /// Attribution.
     pub source: String,
     /// Where it was written.
     pub scope: ScopeView,
     /// actual / necessary / possible.
-    pub epistemic: String,
+    pub epistemic: Epistemic,
     /// affirmative / negative / conditional.
-    pub polarity: String,
+    pub polarity: Polarity,
     /// Lifecycle status.
-    pub status: String,
+    pub status: Status,
     /// RFC 3339.
     pub created_at: String,
     /// Detected language.
@@ -63,7 +63,7 @@ impl From<&Atom> for AtomView {
         AtomView {
             atom_id: atom.id.to_string(),
             content: atom.visible_content().to_owned(),
-            kind: atom.kind.as_str().to_owned(),
+            kind: atom.kind,
             source: atom.source.clone(),
             scope: ScopeView {
                 tenant_id: atom.scope.tenant_id.clone(),
@@ -71,9 +71,9 @@ impl From<&Atom> for AtomView {
                 repository: atom.scope.repository.clone(),
                 branch: atom.scope.branch.clone(),
             },
-            epistemic: atom.epistemic.as_str().to_owned(),
-            polarity: atom.polarity.as_str().to_owned(),
-            status: atom.status.as_str().to_owned(),
+            epistemic: atom.epistemic,
+            polarity: atom.polarity,
+            status: atom.status,
             created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             language: atom.language.clone(),
             importance: atom.importance,

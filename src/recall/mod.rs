@@ -121,11 +121,11 @@ pub struct RecalledAtom {
     /// Attribution.
     pub source: String,
     /// Kind.
-    pub kind: String,
+    pub kind: crate::atom::Kind,
     /// actual / necessary / possible.
-    pub epistemic: String,
+    pub epistemic: crate::atom::Epistemic,
     /// Status (active unless include_negated).
-    pub status: String,
+    pub status: crate::atom::Status,
     /// Stage contributions (only with explain).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
@@ -223,9 +223,9 @@ pub(crate) fn outcome(ranked: Vec<(Atom, Candidate)>, explain: bool, warning: Op
             score: candidate.score.min(1.0),
             created_at: atom.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             source: atom.source.clone(),
-            kind: atom.kind.as_str().to_owned(),
-            epistemic: atom.epistemic.as_str().to_owned(),
-            status: atom.status.as_str().to_owned(),
+            kind: atom.kind,
+            epistemic: atom.epistemic,
+            status: atom.status,
             explain: explain.then_some(candidate.explain),
         })
         .collect();

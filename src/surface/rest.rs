@@ -236,7 +236,7 @@ impl MemoryItem {
             id: view.atom_id.clone(),
             memory: view.content.clone(),
             created_at: view.created_at.clone(),
-            status: view.status.clone(),
+            status: view.status.as_str().to_owned(),
             user_id: view.scope.workspace.clone(),
             agent_id: view.scope.repository.clone(),
             run_id: view.scope.branch.clone(),

@@ -130,7 +130,7 @@ fn tombstone_destroys_content_on_disk() {
     assert!(!dir.path().join("index/keyword/purge-pending").exists(), "the purge finished");
     let m = Memory::open(dir.path()).unwrap();
     let history = m.history(&c, &atom).unwrap();
-    assert_eq!(history.chain[0].status, "tombstoned");
+    assert_eq!(history.chain[0].status, Status::Tombstoned);
     assert!(history.audit.iter().any(|e| e.action == "govern.tombstone"));
     assert_eq!(m.atom("alice", id(&keep)).unwrap().unwrap().content.as_deref(), Some("Keep this memory: the build uses cargo nextest"));
     assert!(m.verify_audit(None).unwrap().iter().all(|t| t.first_broken.is_none()));

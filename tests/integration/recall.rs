@@ -73,7 +73,7 @@ fn status_and_scope_rules() {
     let found = ids(&m, &c, "staging database");
     assert!(found.contains(&new) && !found.contains(&old) && !found.contains(&wrong));
     let with_negated = m.recall(&c, RecallRequest { include_negated: true, ..RecallRequest::new("staging database MySQL") }).unwrap();
-    assert!(with_negated.atoms.iter().any(|a| a.atom_id == wrong && a.status == "negated"));
+    assert!(with_negated.atoms.iter().any(|a| a.atom_id == wrong && a.status == hmg::Status::Negated));
 
     let other_repo = remember(&m, &caller("other"), "The staging database of the other repository");
     let personal = remember(&m, &Caller::new(Scope::tenant("alice"), "t"), "I prefer staging database dumps compressed");

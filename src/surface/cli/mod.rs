@@ -1,11 +1,15 @@
-//! The `hmg` command line: argument definitions and the adapter from
-//! subcommands to the [`Memory`] facade. The binary only parses, sets up
-//! tracing and calls [`run`].
+//! The `hmg` command line: [`args`] (clap definitions), [`tools`] (the
+//! tool-shaped commands, through the same dispatcher as MCP, locally or
+//! relayed), [`store`] (commands that need the store in this process),
+//! [`render`] (answers as JSON or text), [`eval`]. The binary only parses,
+//! sets up tracing and calls [`run`].
 //!
 //! Contract (scripts rely on it): `--json` prints one JSON document on stdout
-//! with the fields of the matching MCP tool; exit status 0 on success
-//! (including `no_op`), 2 for a rejected or invalid request (the JSON is
-//! still printed), 1 for internal failures.
+//! with the fields of the matching MCP tool; the exit status follows the
+//! error's [`crate::Fault`]: 0 on success (including `no_op`), 2 for the
+//! caller's error — a rejected or invalid request, an unknown id, a missing
+//! permission (`{"error", "field"}` with `--json`) — and 1 for failures on
+//! HMG's side.
 
 mod args;
 pub(crate) mod eval;

@@ -7,8 +7,12 @@
 //! - Every resolver acts in the request's [`Principal`]'s tenant; a scope
 //!   argument can only narrow within it. Reads need `memory:read`, mutations
 //!   `memory:write` (error code `FORBIDDEN`).
-//! - Errors carry `extensions.code`: `BAD_USER_INPUT`, `NOT_FOUND`,
-//!   `FORBIDDEN`, `UNAVAILABLE` or `INTERNAL`.
+//! - Errors carry `extensions.code`, from the error's [`crate::Fault`]
+//!   ([`crate::surface::status::graphql_code`]): `BAD_USER_INPUT` (with
+//!   `extensions.field`), `NOT_FOUND`, `FORBIDDEN`, `CONFLICT`, `BUSY`,
+//!   `UNAVAILABLE`, `INTERNAL`, …
+//! - Types are named for the domain (`Atom`, `AuditEntry`, `Entity`, …) and
+//!   live in [`types`], built from the facade's views.
 //! - Before parsing, the request's nesting is bounded ([`crate::limits`]);
 //!   before executing, its field depth ([`MAX_DEPTH`], introspection
 //!   [`MAX_INTROSPECTION_DEPTH`], so GraphiQL's start-up query passes) and
@@ -500,8 +504,8 @@ impl QueryRoot {
                     score: f64::from(a.score),
                     created_at: a.created_at,
                     source: a.source,
-                    kind: a.kind,
-                    status: a.status,
+                    kind: a.kind.as_str().to_owned(),
+                    status: a.status.as_str().to_owned(),
                     explain: a.explain.map(async_graphql::Json),
                 })
                 .collect())

@@ -1,7 +1,11 @@
 //! `hmg serve`: the HTTP server. `/mcp` (streamable HTTP MCP), `/graphql`
 //! (queries, and the explorer page on GET), `/sparql` (read-only SPARQL 1.1
 //! Protocol), the REST API under `/api/v1/hetamem/vg`, `/healthz` and the
-//! OAuth protected-resource metadata; every request is traced.
+//! OAuth protected-resource metadata; every request is traced. Error
+//! statuses follow the error's [`crate::Fault`]
+//! ([`crate::surface::status::http_status`]): 400 invalid, 403 forbidden,
+//! 404, 406, 409, 413 too large, 415 (not JSON), 422 over a SPARQL limit,
+//! 429 busy (+ `Retry-After`), 503 unavailable, 500 ours.
 //!
 //! **Invariants:**
 //! - Without access tokens the server binds loopback only; any other
