@@ -16,6 +16,7 @@ export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 need_apt=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
