@@ -373,13 +373,11 @@ impl ApiError {
     fn classified(error: &dyn Classified) -> ApiError {
         let fault = error.fault();
         let field = error.field().or((fault == Fault::NotFound).then_some("memory_id"));
-        if fault.is_callers() {
-            ApiError::new(status::http_status(fault), field, error.to_string())
-        } else {
+        if !fault.is_callers() {
             tracing::error!(%error, "REST request failed");
-            let detail = if fault == Fault::Internal { format!("internal error: {error}") } else { error.to_string() };
-            ApiError::new(status::http_status(fault), field, detail)
         }
+        let detail = if fault == Fault::Internal { format!("internal error: {error}") } else { error.to_string() };
+        ApiError::new(status::http_status(fault), field, detail)
     }
 }
 
@@ -391,12 +389,7 @@ impl From<MemoryError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry = (self.status == StatusCode::TOO_MANY_REQUESTS).then(|| status::retry_after(Fault::Busy)).flatten();
-        let mut response = (self.status, axum::Json(self.body)).into_response();
-        if let Some(retry) = retry {
-            response.headers_mut().insert(header::RETRY_AFTER, retry);
-        }
-        response
+        status::ask_to_retry((self.status, axum::Json(self.body)).into_response())
     }
 }
 

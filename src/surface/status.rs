@@ -2,7 +2,8 @@
 //! status (server routes, REST, SPARQL), the GraphQL `code` extension, and
 //! the `Retry-After` a client gets when it should come back.
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
 
 use crate::fault::Fault;
 
@@ -25,9 +26,13 @@ pub(crate) fn http_status(fault: Fault) -> StatusCode {
     }
 }
 
-/// The `Retry-After` header value for a fault, when the client should retry.
-pub(crate) fn retry_after(fault: Fault) -> Option<HeaderValue> {
-    (fault == Fault::Busy).then(|| HeaderValue::from(RETRY_AFTER_SECS))
+/// Asks the client to come back later (`Retry-After`) when `response` says
+/// the server is busy (429), whichever surface built it.
+pub(crate) fn ask_to_retry(mut response: Response) -> Response {
+    if response.status() == http_status(Fault::Busy) {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    }
+    response
 }
 
 /// The GraphQL error `code` of a fault.
@@ -71,7 +76,12 @@ mod tests {
         for fault in ALL {
             let status = http_status(fault);
             assert_eq!(status.is_client_error(), fault.is_callers() || fault == Fault::Busy, "{fault:?} → {status}");
-            assert_eq!(retry_after(fault).is_some(), fault == Fault::Busy, "only a busy server asks to come back");
+            let response = ask_to_retry(axum::response::IntoResponse::into_response(status));
+            assert_eq!(
+                response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes().to_vec()),
+                (fault == Fault::Busy).then(|| b"2".to_vec()),
+                "only a busy server asks to come back, after {RETRY_AFTER_SECS} s"
+            );
         }
     }
 }

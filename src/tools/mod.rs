@@ -405,6 +405,15 @@ pub(crate) fn strip_integer_formats(value: &mut Value) {
     }
 }
 
+/// A memorize request for `content`, attributed to `source` when given.
+fn memorize_request(content: String, source: Option<String>) -> MemorizeRequest {
+    let request = MemorizeRequest::new(content);
+    match source {
+        Some(source) => request.with_source(source),
+        None => request,
+    }
+}
+
 /// A decoded call of one tool.
 #[derive(Debug, Clone)]
 pub(crate) enum ToolCall {
@@ -512,18 +521,9 @@ impl ToolCall {
         let span = tracing::info_span!("tool", tool = self.name(), tenant = %caller.scope.tenant_id, actor = %caller.actor);
         let _entered = span.enter();
         let value = match self {
-            ToolCall::Memorize(a) => {
-                let mut request = MemorizeRequest::new(a.content);
-                if let Some(source) = a.source {
-                    request = request.with_source(source);
-                }
-                serde_json::to_value(memory.memorize(caller, request)?)
-            }
+            ToolCall::Memorize(a) => serde_json::to_value(memory.memorize(caller, memorize_request(a.content, a.source))?),
             ToolCall::LocalMemorize(a) => {
-                let mut request = MemorizeRequest::new(a.content);
-                if let Some(source) = a.source {
-                    request = request.with_source(source);
-                }
+                let mut request = memorize_request(a.content, a.source);
                 if let Some(kind) = a.kind {
                     let kind = kind.parse::<crate::atom::Kind>().map_err(|e| MemoryError::invalid("kind", e.to_string()))?;
                     request = request.with_kind(kind);

@@ -233,10 +233,7 @@ async fn graphql(
     };
     let mut http = async_graphql_axum::GraphQLResponse::from(response).into_response();
     *http.status_mut() = status;
-    if let Some(retry) = (status == status::http_status(Fault::Busy)).then(|| status::retry_after(Fault::Busy)).flatten() {
-        http.headers_mut().insert(header::RETRY_AFTER, retry);
-    }
-    http
+    status::ask_to_retry(http)
 }
 
 /// A JSON error response.
@@ -390,7 +387,7 @@ async fn sparql(
                 Ok(Ok(Some(snapshot))) => snapshot,
                 Ok(Ok(None)) => return error(StatusCode::SERVICE_UNAVAILABLE, "SPARQL needs a store on disk"),
                 Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take a read snapshot of the store: {e}")),
-                Err(refused) => return refused_response(&refused),
+                Err(refused) => return classified(&refused),
             };
             crate::surface::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
         }
@@ -400,7 +397,7 @@ async fn sparql(
         .await
         {
             Ok(answer) => answer,
-            Err(refused) => return refused_response(&refused),
+            Err(refused) => return classified(&refused),
         },
     };
     match answer {
@@ -416,25 +413,12 @@ pub(crate) fn classified(error: &dyn Classified) -> Response {
     if !fault.is_callers() {
         tracing::error!(%error, "request failed");
     }
-    let mut response = self::error(status::http_status(fault), error);
-    if let Some(retry) = status::retry_after(fault) {
-        response.headers_mut().insert(header::RETRY_AFTER, retry);
-    }
-    response
+    status::ask_to_retry(self::error(status::http_status(fault), error))
 }
 
 /// 429 with `Retry-After`, for limits the server checks itself.
 fn too_many(message: String) -> Response {
-    let mut response = error(status::http_status(Fault::Busy), message);
-    if let Some(retry) = status::retry_after(Fault::Busy) {
-        response.headers_mut().insert(header::RETRY_AFTER, retry);
-    }
-    response
-}
-
-/// The answer to work the pool refused or abandoned.
-pub(crate) fn refused_response(refused: &crate::surface::blocking::Refused) -> Response {
-    classified(refused)
+    status::ask_to_retry(error(status::http_status(Fault::Busy), message))
 }
 
 fn form_params(body: &[u8]) -> Result<SparqlParams, String> {
