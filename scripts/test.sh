@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 eval "$(scripts/test-clients.sh)"
+# The remote-store tests start their own Virtuoso instances (scripts/virtuoso.sh).
+scripts/virtuoso.sh install
 source scripts/env.sh
 cargo fmt --check
 cargo clippy --release --locked --features e5 --all-targets -- -D warnings

@@ -38,7 +38,9 @@ pub(crate) mod tools;
 pub use fault::{Classified, Fault};
 pub use index::IndexError;
 pub use index::embed;
-pub use store::StoreError;
+/// Authentication to a remote SPARQL store.
+pub use store::remote::Credentials as StoreCredentials;
+pub use store::{RemoteConfig, StoreError};
 
 /// The `hmg` command line, for the binary.
 pub mod cli {
@@ -49,8 +51,8 @@ pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
     AtomView, AuditView, Brief, BriefOptions, Caller, ChainEvent, CorrectAction, CorrectOutcome, CorrectRequest, Effect, EmbedderChoice,
     ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport, ImportedLine,
-    MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, MergeEvent, MergeResult, ReflectAction, ReflectReport,
-    ReflectRequest, Stats,
+    MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, MergeEvent, MergeResult, MigrationTarget, ReflectAction,
+    ReflectReport, ReflectRequest, Stats,
 };
 pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};
 pub use scope::Scope;

@@ -222,6 +222,11 @@ impl KeywordIndex {
         applied_version_of(&self.index)
     }
 
+    /// The newest store version applied, committed or not.
+    pub(crate) fn marked_version(&self) -> u64 {
+        self.pending_version.load(Ordering::SeqCst).max(self.applied_version())
+    }
+
     /// Adds or replaces an atom's document (visible after the next refresh).
     pub(crate) fn upsert(&self, doc: &KeywordDoc, version: u64) -> Result<(), KeywordError> {
         let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

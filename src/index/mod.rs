@@ -325,6 +325,17 @@ impl Indexes {
         Ok(())
     }
 
+    /// The store version every index has applied.
+    pub(crate) fn applied_version(&self) -> u64 {
+        self.semantic
+            .iter()
+            .map(|s| s.vectors.applied_version())
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.keyword.marked_version())
+            .min(self.graph().applied_version())
+    }
+
     /// Replays every change newer than what each index reflects; builds the
     /// graph from the store.
     pub fn catch_up(&self, store: &Store, progress: Progress<'_>) -> Result<(), IndexError> {
@@ -379,8 +390,10 @@ impl Indexes {
         self.keyword.mark(target);
         self.keyword.refresh()?;
         for s in &self.semantic {
+            s.vectors.mark(target);
             s.vectors.persist()?;
         }
+        self.graph_mut().mark(target);
         Ok(())
     }
 

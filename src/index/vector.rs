@@ -142,6 +142,13 @@ impl VectorIndex {
         self.read().applied_version
     }
 
+    /// Records that every store change up to `version` is reflected (after
+    /// a catch-up: versions without a change to vectors).
+    pub(crate) fn mark(&self, version: u64) {
+        let mut inner = self.write();
+        inner.applied_version = inner.applied_version.max(version);
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
         self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -61,7 +61,7 @@ pub use correct::{CorrectAction, CorrectOutcome, CorrectRequest};
 pub use export::{ExportFormat, ExportRecord, ImportReport, ImportedLine};
 pub use govern::{GovernAction, GovernOutcome, GovernRequest};
 pub use merge::{MergeEvent, MergeResult};
-pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, ScopeView, Stats};
+pub use read::{AtomFilter, AtomPage, AtomView, AuditView, History, IndexCounts, MAX_PAGE, MigrationTarget, ScopeView, Stats};
 pub use reflect::{
     ReflectAction, ReflectCounts, ReflectFilters, ReflectLifecycle, ReflectPromotion, ReflectReport, ReflectRequest, ReflectSummary,
     parse_iso8601,
@@ -212,6 +212,9 @@ pub struct MemoryOptions {
     pub embedder: EmbedderChoice,
     /// Recall tuning.
     pub recall: crate::recall::RecallConfig,
+    /// A remote SPARQL store instead of the embedded one; the directory
+    /// given to [`Memory::open_with`] then holds this node's indexes only.
+    pub remote: Option<crate::store::RemoteConfig>,
 }
 
 impl MemoryOptions {
@@ -228,6 +231,13 @@ impl MemoryOptions {
         self.recall = recall;
         self
     }
+
+    /// Builder: a remote SPARQL store.
+    #[must_use]
+    pub fn with_remote(mut self, remote: crate::store::RemoteConfig) -> MemoryOptions {
+        self.remote = Some(remote);
+        self
+    }
 }
 
 /// The facade. Cheap to share behind an `Arc`; every method takes `&self`.
@@ -237,6 +247,11 @@ pub struct Memory {
     pub(crate) recall_config: crate::recall::RecallConfig,
     ids: Mutex<ulid::Generator>,
     usage: Mutex<Usage>,
+    /// Serializes catching the indexes up with a shared store.
+    sync: Mutex<()>,
+    /// This node's hold on its local directory (remote store: the store has
+    /// no lock of its own, the indexes must have one writer).
+    _node_lock: Option<std::fs::File>,
 }
 
 /// Recall usage not yet written: (tenant, atom) → (last recalled, recalls).
@@ -282,9 +297,10 @@ impl Memory {
 
     /// Opens a store on disk (`Some(dir)`) or in RAM (`None`) with options.
     pub fn open_with(path: Option<&Path>, options: MemoryOptions) -> Result<Memory> {
-        let store = match path {
-            Some(path) => Store::open(path)?,
-            None => Store::open_in_memory()?,
+        let (store, node_lock) = match (&options.remote, path) {
+            (Some(remote), path) => (Store::connect(remote.clone())?, path.map(lock_node_dir).transpose()?),
+            (None, Some(path)) => (Store::open(path)?, None),
+            (None, None) => (Store::open_in_memory()?, None),
         };
         let embedder = match options.embedder {
             EmbedderChoice::FromEnv => crate::index::embed::from_env(),
@@ -299,7 +315,28 @@ impl Memory {
             recall_config: options.recall,
             ids: Mutex::new(ulid::Generator::new()),
             usage: Mutex::new(Usage { pending: HashMap::new(), since: std::time::Instant::now() }),
+            sync: Mutex::new(()),
+            _node_lock: node_lock,
         })
+    }
+
+    /// Brings the indexes up to the store's version when other nodes write
+    /// it too (a no-op for an embedded store: every write goes through this
+    /// process). Run before each recall, which therefore sees every write
+    /// acknowledged anywhere before it started.
+    pub(crate) fn sync_indexes(&self) -> Result<()> {
+        if !self.store.is_shared() {
+            return Ok(());
+        }
+        Ok(self.catch_up_indexes()?)
+    }
+
+    fn catch_up_indexes(&self) -> std::result::Result<(), crate::index::IndexError> {
+        let _sync = self.sync.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.indexes.applied_version() >= self.store.snapshot_version()? {
+            return Ok(());
+        }
+        self.indexes.catch_up(&self.store, &mut |_, _, _| {})
     }
 
     /// The derived indexes.
@@ -441,6 +478,21 @@ impl Memory {
     }
 }
 
+/// Takes this node's exclusive hold on its local directory (its indexes),
+/// released when the process ends; a second process on the same directory
+/// gets [`StoreError::NodeLocked`] and relays through the first.
+fn lock_node_dir(dir: &Path) -> Result<std::fs::File> {
+    let io = |source| MemoryError::Store(StoreError::Io { path: dir.to_path_buf(), source });
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join("node.lock");
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(MemoryError::Store(StoreError::NodeLocked { path })),
+        Err(std::fs::TryLockError::Error(source)) => Err(io(source)),
+    }
+}
+
 /// Checks and cleans a reason (required, redacted, bounded).
 pub(crate) fn clean_reason(reason: &str) -> Result<String> {
     let reason = reason.trim();
@@ -575,7 +627,13 @@ impl Memory {
                 }
             }
         }
-        if let Err(error) = self.indexes.on_change(&self.store, tenant, &touched, version, vectors) {
+        let indexed = if self.store.is_shared() && self.indexes.applied_version() + 1 < version {
+            // Another node wrote in between: replay the feed, ours included.
+            self.catch_up_indexes()
+        } else {
+            self.indexes.on_change(&self.store, tenant, &touched, version, vectors)
+        };
+        if let Err(error) = indexed {
             // The write is committed; the indexes catch up at the next open.
             tracing::error!(%error, version, "index update failed after a committed write");
         } else if destroys && let Err(error) = self.indexes.purge() {

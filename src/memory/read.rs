@@ -403,4 +403,30 @@ impl Memory {
         };
         tenants.iter().map(|t| audit::verify_tenant(&self.store, t).map_err(MemoryError::from)).collect()
     }
+
+    /// Copies the whole store (every tenant, audit chains included) into
+    /// another one — a remote SPARQL store or an embedded directory — that
+    /// holds no memories yet, then verifies every audit chain there.
+    /// Returns the quads copied and the target's verification.
+    pub fn migrate_to(&self, target: MigrationTarget, progress: &dyn Fn(usize, usize)) -> Result<(u64, Vec<audit::TenantVerification>)> {
+        let target = match target {
+            MigrationTarget::Remote(config) => crate::store::Store::connect(config)?,
+            MigrationTarget::Directory(dir) => crate::store::Store::open(&dir)?,
+        };
+        let span = tracing::info_span!("migrate", from = %self.store.location(), to = %target.location());
+        let _entered = span.enter();
+        let copied = self.store.copy_into(&target, progress)?;
+        let verified =
+            target.tenants()?.iter().map(|t| audit::verify_tenant(&target, t).map_err(MemoryError::from)).collect::<Result<Vec<_>>>()?;
+        Ok((copied, verified))
+    }
+}
+
+/// Where [`Memory::migrate_to`] copies a store.
+#[derive(Debug, Clone)]
+pub enum MigrationTarget {
+    /// A remote SPARQL 1.1 store.
+    Remote(crate::store::RemoteConfig),
+    /// An embedded store in this directory.
+    Directory(std::path::PathBuf),
 }

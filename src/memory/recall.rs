@@ -20,6 +20,7 @@ impl Memory {
     #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, max_results = request.max_results))]
     pub fn recall(&self, caller: &Caller, request: RecallRequest) -> Result<RecallOutcome> {
         let scope = caller.scope.clone().normalized()?;
+        self.sync_indexes()?;
         let ranked = crate::recall::rank(&self.store, &self.indexes, &self.recall_config, &scope, &request)?;
         if request.record && !ranked.is_empty() {
             let ids: Vec<AtomId> = ranked.iter().map(|(atom, _)| atom.id).collect();

@@ -96,10 +96,11 @@ pub(super) fn remove_stale_generations(root: &Path, keep: &Path) {
     for entry in entries.flatten() {
         let path = entry.path();
         let is_generation = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(PREFIX));
-        if is_generation && path != keep {
-            if let Err(error) = fs::remove_dir_all(&path) {
-                tracing::warn!(path = %path.display(), %error, "could not remove a stale store generation");
-            }
+        if is_generation
+            && path != keep
+            && let Err(error) = fs::remove_dir_all(&path)
+        {
+            tracing::warn!(path = %path.display(), %error, "could not remove a stale store generation");
         }
     }
 }

@@ -1,40 +1,54 @@
-//! The store: Oxigraph on disk (RocksDB), the source of truth.
+//! The store: the RDF store that holds the truth, behind one
+//! [`backend::Backend`] boundary with two implementations: the embedded
+//! Oxigraph store on disk (the default, [`embedded`]) and a remote SPARQL 1.1
+//! store shared by many HMG nodes ([`remote`]).
 //!
 //! **Architecture invariants**
 //! - Each tenant's triples live in its own named graph (`urn:hmg:tenant:<name>`);
 //!   every query this module runs is confined to one tenant graph *before*
 //!   evaluation, by setting the query dataset, not by filtering results.
-//! - One writer at a time: [`Store::write`] holds a mutex for the whole
-//!   transaction; every committed write increments `snapshot_version` in the
-//!   same transaction. Readers use Oxigraph snapshots and never wait for it.
-//! - Tombstoned content is destroyed, not hidden: Oxigraph never deletes
-//!   strings from its dictionary, so a tombstone is followed by a *vacuum*
-//!   that rebuilds the store from its live quads into a fresh directory and
-//!   switches to it atomically (see [`Store::vacuum`]).
+//! - One writer at a time per process: [`Store::write`] holds a mutex for the
+//!   whole transaction; every committed write increments `snapshot_version`
+//!   in the same commit as its change and audit entry. A transaction is a
+//!   [`backend::ChangeSet`] (reads inside it see its own writes) committed
+//!   under a [`backend::Guard`]: the version and audit heads it read. On a
+//!   shared store another node may commit first; the transaction then runs
+//!   again on fresh reads, a bounded number of times.
+//! - Tombstoned content is destroyed, not hidden (embedded: vacuum; remote:
+//!   every quad deleted, the operator purges the store's own logs).
 //!
 //! **API boundary:** the rest of the crate sees IRIs, terms and query
-//! solutions, never RocksDB.
+//! solutions, never RocksDB or HTTP.
 
 pub(crate) mod audit;
+pub(crate) mod backend;
 pub(crate) mod codec;
+pub(crate) mod embedded;
 mod layout;
 pub(crate) mod queries;
+pub(crate) mod remote;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use oxigraph::model::{GraphName, GraphNameRef, Literal, NamedNode, NamedNodeRef, NamedOrBlankNode, Quad, QuadRef, Term};
-use oxigraph::sparql::{QueryResults, QuerySolution, SparqlEvaluator, Variable};
-use oxigraph::store::{StorageError, Transaction};
+use oxigraph::model::{GraphNameRef, Literal, NamedNode, NamedNodeRef, Quad, QuadRef, Term};
+use oxigraph::sparql::QuerySolution;
+use oxigraph::store::StorageError;
 
 use crate::atom::AtomId;
 use crate::vocab::{STORE_NODE, SYSTEM_GRAPH, hmg};
+use backend::{Backend, ChangeSet, Committed, Guard};
 
+pub(crate) use embedded::ReadSnapshot;
 pub(crate) use queries::NamedQuery;
+pub use remote::RemoteConfig;
 
 /// On-disk format version written in the system graph.
 pub(crate) const FORMAT_VERSION: i64 = 1;
+
+/// How many times a transaction runs when other nodes keep committing first.
+const WRITE_ATTEMPTS: u32 = 12;
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +65,12 @@ pub enum StoreError {
         /// Underlying error.
         #[source]
         source: StorageError,
+    },
+    /// Another process on this machine serves this node's directory.
+    #[error("the node directory {} is in use by another hmg process", path.display())]
+    NodeLocked {
+        /// The lock file.
+        path: PathBuf,
     },
     /// A query file or evaluation failed.
     #[error("query {name} failed: {message}")]
@@ -72,12 +92,33 @@ pub enum StoreError {
     /// Data that does not follow the vocabulary's rules.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// The remote store is unreachable, refused us, or answered something
+    /// that is not SPARQL results.
+    #[error("the SPARQL store at {endpoint} {message}")]
+    Remote {
+        /// The endpoint URL.
+        endpoint: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Other nodes kept committing first.
+    #[error("the write lost the race against other writers {attempts} times in a row; nothing was written, retry")]
+    Contended {
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// Bad configuration of the store backend.
+    #[error("store configuration: {0}")]
+    Config(String),
 }
 
 impl crate::fault::Classified for StoreError {
     fn fault(&self) -> crate::fault::Fault {
         match self {
-            StoreError::Locked { .. } => crate::fault::Fault::Unavailable,
+            StoreError::Locked { .. } | StoreError::NodeLocked { .. } | StoreError::Remote { .. } | StoreError::Contended { .. } => {
+                crate::fault::Fault::Unavailable
+            }
+            StoreError::Config(_) => crate::fault::Fault::Invalid,
             StoreError::Storage(_) | StoreError::Query { .. } | StoreError::Io { .. } | StoreError::Corrupt(_) => {
                 crate::fault::Fault::Internal
             }
@@ -90,39 +131,10 @@ pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The HMG store.
 pub struct Store {
-    /// Current Oxigraph handle. Swapped only by [`Store::vacuum`].
-    inner: RwLock<oxigraph::store::Store>,
-    /// Root directory (`None` for an in-memory store).
-    root: Option<PathBuf>,
-    /// Serializes writers and caches what only writers change.
+    backend: Box<dyn Backend>,
+    /// Serializes this process's writers and caches what only they change
+    /// (for a store no other process writes).
     writer: Mutex<WriterState>,
-    /// The newest read-only checkpoint ([`Store::read_snapshot`]).
-    snapshot: Mutex<Option<Arc<ReadSnapshot>>>,
-}
-
-/// A read-only checkpoint of the store in its own directory, removed when
-/// dropped.
-#[derive(Debug)]
-pub struct ReadSnapshot {
-    dir: PathBuf,
-    version: u64,
-}
-
-impl ReadSnapshot {
-    /// Its directory (an Oxigraph store).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-}
-
-impl Drop for ReadSnapshot {
-    fn drop(&mut self) {
-        if let Err(error) = std::fs::remove_dir_all(&self.dir)
-            && error.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(dir = %self.dir.display(), %error, "could not remove a read snapshot");
-        }
-    }
 }
 
 /// Evaluates a caller's own read-only query on `store`, confined to
@@ -135,9 +147,10 @@ pub(crate) fn query_confined(
     tenant: &str,
     query: spargebra::Query,
     cancel: oxigraph::sparql::CancellationToken,
-) -> std::result::Result<QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
+) -> std::result::Result<oxigraph::sparql::QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
+    use oxigraph::model::{GraphName, NamedOrBlankNode};
     let graph = tenant_graph(tenant);
-    let mut prepared = SparqlEvaluator::new().with_cancellation_token(cancel).for_query(query);
+    let mut prepared = oxigraph::sparql::SparqlEvaluator::new().with_cancellation_token(cancel).for_query(query);
     prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
     prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph)]);
     prepared.on_store(store).execute()
@@ -146,7 +159,8 @@ pub(crate) fn query_confined(
 /// What the single writer knows without reading it back. RocksDB keeps a
 /// tombstone for every replaced `snapshotVersion` and `auditHead` quad until
 /// its memtable is flushed, so *seeking* their current value costs O(writes);
-/// the writer reads each once, then deletes and inserts exact quads.
+/// the writer reads each once, then deletes and inserts exact quads. Only
+/// kept for a store no other process writes.
 #[derive(Debug, Default)]
 struct WriterState {
     version: Option<i64>,
@@ -166,76 +180,82 @@ pub struct AuditHead {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("Store").field("backend", &self.backend).finish_non_exhaustive()
     }
 }
 
 impl Store {
-    /// Opens (creating if needed) the store under `root`.
+    /// Opens (creating if needed) the embedded store under `root`.
     pub fn open(root: &Path) -> Result<Store> {
-        let oxigraph_dir = layout::prepare(root)?;
-        let inner = oxigraph::store::Store::open(&oxigraph_dir).map_err(|source| {
-            if source.to_string().to_lowercase().contains("lock") {
-                StoreError::Locked { path: root.to_path_buf(), source }
-            } else {
-                StoreError::Storage(source)
-            }
-        })?;
-        let store = Store {
-            inner: RwLock::new(inner),
-            root: Some(root.to_path_buf()),
-            writer: Mutex::new(WriterState::default()),
-            snapshot: Mutex::new(None),
-        };
-        store.init_metadata()?;
-        if layout::vacuum_pending(root) {
+        let embedded = embedded::Embedded::open(root)?;
+        let owed = embedded.vacuum_owed();
+        let store = Store::with_backend(Box::new(embedded))?;
+        if owed {
             tracing::info!("finishing a vacuum interrupted before the last shutdown");
             store.vacuum()?;
         }
         Ok(store)
     }
 
-    /// A store in memory, for tests and examples.
+    /// An embedded store in memory, for tests and examples.
     pub fn open_in_memory() -> Result<Store> {
-        let store = Store {
-            inner: RwLock::new(oxigraph::store::Store::new()?),
-            root: None,
-            writer: Mutex::new(WriterState::default()),
-            snapshot: Mutex::new(None),
-        };
+        Store::with_backend(Box::new(embedded::Embedded::in_memory()?))
+    }
+
+    /// Connects to a remote SPARQL 1.1 store (creating HMG's metadata in it
+    /// when it has none); other HMG nodes may share it.
+    pub fn connect(config: RemoteConfig) -> Result<Store> {
+        let remote = remote::Remote::connect(config)?;
+        Store::with_backend(Box::new(remote))
+    }
+
+    fn with_backend(backend: Box<dyn Backend>) -> Result<Store> {
+        let store = Store { backend, writer: Mutex::new(WriterState::default()) };
         store.init_metadata()?;
         Ok(store)
     }
 
-    /// Root directory, if on disk.
+    /// Root directory, if embedded on disk.
     pub fn root(&self) -> Option<&Path> {
-        self.root.as_deref()
+        self.backend.root()
     }
 
+    /// Where the store is: its directory or its endpoint.
+    pub fn location(&self) -> String {
+        self.backend.location()
+    }
+
+    /// Whether other HMG processes may write this store too.
+    pub fn is_shared(&self) -> bool {
+        self.backend.shared()
+    }
+
+    /// Creates the version counter and format marker once; on a shared
+    /// store, two nodes starting together create them once.
     fn init_metadata(&self) -> Result<()> {
-        if self.snapshot_version()? == 0 && self.system_value(hmg::FORMAT_VERSION)?.is_none() {
-            let store = self.handle();
-            let mut tx = store.start_transaction()?;
-            tx.insert(QuadRef::new(STORE_NODE, hmg::FORMAT_VERSION, &Literal::from(FORMAT_VERSION), SYSTEM_GRAPH));
-            tx.insert(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(0_i64), SYSTEM_GRAPH));
-            tx.commit()?;
+        if self.system_value(hmg::SNAPSHOT_VERSION)?.is_some() {
+            return Ok(());
         }
+        let mut changes = ChangeSet::default();
+        changes.insert(Quad::new(STORE_NODE, hmg::FORMAT_VERSION, Literal::from(FORMAT_VERSION), SYSTEM_GRAPH));
+        changes.insert(Quad::new(STORE_NODE, hmg::SNAPSHOT_VERSION, Literal::from(0_i64), SYSTEM_GRAPH));
+        let _ = self.backend.commit(&changes, &Guard { version: None, audit_heads: Vec::new() })?;
         Ok(())
     }
 
-    /// A clone of the current Oxigraph handle (cheap: reference counted).
-    pub(crate) fn handle(&self) -> oxigraph::store::Store {
-        match self.inner.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+    /// The embedded backend, for surfaces that evaluate on Oxigraph directly.
+    pub(crate) fn embedded(&self) -> Option<&embedded::Embedded> {
+        self.backend.as_embedded()
+    }
+
+    /// The remote backend, for surfaces that forward a query to it.
+    pub(crate) fn remote(&self) -> Option<&remote::Remote> {
+        self.backend.as_remote()
     }
 
     fn system_value(&self, predicate: NamedNodeRef<'_>) -> Result<Option<i64>> {
-        let store = self.handle();
-        let mut quads = store.quads_for_pattern(Some(STORE_NODE.into()), Some(predicate), None, Some(SYSTEM_GRAPH.into()));
-        match quads.next() {
-            Some(quad) => Ok(Some(integer_of(&quad?.object)?)),
+        match self.backend.quads(Some(STORE_NODE), Some(predicate), None, SYSTEM_GRAPH.into())?.first() {
+            Some(quad) => Ok(Some(integer_of(&quad.object)?)),
             None => Ok(None),
         }
     }
@@ -248,209 +268,202 @@ impl Store {
     /// Runs a SELECT query from `queries/` confined to `tenant`'s graph, with
     /// the given variable bindings.
     pub fn select(&self, query: NamedQuery, tenant: &str, bindings: &[(&str, Term)]) -> Result<Vec<QuerySolution>> {
-        self.select_in(query, Some(tenant_graph(tenant)), bindings)
-    }
-
-    fn select_in(&self, query: NamedQuery, graph: Option<NamedNode>, bindings: &[(&str, Term)]) -> Result<Vec<QuerySolution>> {
-        let query_error = |message: String| StoreError::Query { name: query.name(), message };
-        let mut prepared = SparqlEvaluator::new().for_query(query.parsed().clone());
-        if let Some(graph) = graph {
-            prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
-            prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph)]);
-        }
-        for (name, term) in bindings {
-            let variable = Variable::new(*name).map_err(|e| query_error(e.to_string()))?;
-            prepared = prepared.substitute_variable(variable, term.clone());
-        }
-        let store = self.handle();
-        match prepared.on_store(&store).execute().map_err(|e| query_error(e.to_string()))? {
-            QueryResults::Solutions(solutions) => solutions.collect::<Result<Vec<_>, _>>().map_err(|e| query_error(e.to_string())),
-            _ => Err(query_error("not a SELECT query".to_owned())),
-        }
-    }
-
-    /// Evaluates a caller's own read-only query, confined to `tenant`'s
-    /// graph (see [`query_confined`]).
-    pub fn query_confined(
-        &self,
-        tenant: &str,
-        query: spargebra::Query,
-        cancel: oxigraph::sparql::CancellationToken,
-    ) -> std::result::Result<QueryResults<'static>, oxigraph::sparql::QueryEvaluationError> {
-        query_confined(&self.handle(), tenant, query, cancel)
+        self.backend.select(query, Some(&tenant_graph(tenant)), bindings)
     }
 
     /// Opens a checkpoint made by [`Store::read_snapshot`], read-only (no
     /// process writes a checkpoint).
     pub fn open_snapshot(dir: &Path) -> Result<Store> {
-        let inner = oxigraph::store::Store::open_read_only(dir)?;
-        Ok(Store { inner: RwLock::new(inner), root: None, writer: Mutex::new(WriterState::default()), snapshot: Mutex::new(None) })
+        Ok(Store { backend: Box::new(embedded::Embedded::open_read_only(dir)?), writer: Mutex::new(WriterState::default()) })
     }
 
-    /// A read-only checkpoint of the store as of now (RocksDB hard links,
-    /// cheap), for evaluating a client's query in another process. Reused
-    /// while the snapshot version stays the same; its directory is removed
-    /// when the last holder drops it, and every checkpoint is removed by a
-    /// vacuum (they would keep destroyed content). `None` for a store in
-    /// memory.
+    /// A read-only checkpoint of an embedded store as of now, for
+    /// evaluating a client's query in another process (see
+    /// [`embedded::Embedded::read_snapshot`]). `None` in memory or remote.
     pub fn read_snapshot(&self) -> Result<Option<Arc<ReadSnapshot>>> {
-        let Some(root) = &self.root else { return Ok(None) };
-        let version = self.snapshot_version()?;
-        let mut cached = self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(snapshot) = cached.as_ref()
-            && snapshot.version == version
-            && snapshot.dir.exists()
-        {
-            return Ok(Some(Arc::clone(snapshot)));
+        match self.backend.as_embedded() {
+            Some(embedded) => embedded.read_snapshot(self.snapshot_version()?),
+            None => Ok(None),
         }
-        let parent = layout::snapshots_dir(root);
-        std::fs::create_dir_all(&parent).map_err(|source| StoreError::Io { path: parent.clone(), source })?;
-        let dir = parent.join(format!("{version}-{}", ulid::Ulid::generate()));
-        // Taken under the writer lock, so no vacuum runs while it is made.
-        {
-            let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.handle().backup(&dir)?;
-        }
-        let snapshot = Arc::new(ReadSnapshot { dir, version });
-        *cached = Some(Arc::clone(&snapshot));
-        Ok(Some(snapshot))
     }
 
     /// Runs a maintenance query across every graph (the change feed); never
     /// reachable from a caller's request.
     #[doc(hidden)]
     pub fn select_all_graphs(&self, query: NamedQuery, bindings: &[(&str, Term)]) -> Result<Vec<QuerySolution>> {
-        self.select_in(query, None, bindings)
+        self.backend.select(query, None, bindings)
     }
 
     /// Every quad of `subject` in `tenant`'s graph.
     pub fn describe(&self, tenant: &str, subject: NamedNodeRef<'_>) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);
-        let store = self.handle();
-        Ok(store.quads_for_pattern(Some(subject.into()), None, None, Some(graph.as_ref().into())).collect::<Result<Vec<_>, _>>()?)
+        self.backend.quads(Some(subject), None, None, graph.as_ref().into())
     }
 
     /// Every quad of `tenant`'s graph (export).
     pub fn tenant_quads(&self, tenant: &str) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);
-        let store = self.handle();
-        Ok(store.quads_for_pattern(None, None, None, Some(graph.as_ref().into())).collect::<Result<Vec<_>, _>>()?)
+        self.backend.quads(None, None, None, graph.as_ref().into())
+    }
+
+    /// Every quad of the system graph (migration).
+    pub(crate) fn system_quads(&self) -> Result<Vec<Quad>> {
+        self.backend.quads(None, None, None, SYSTEM_GRAPH.into())
     }
 
     /// The tenants that have a graph in this store.
     pub fn tenants(&self) -> Result<Vec<String>> {
-        let store = self.handle();
-        let mut tenants = Vec::new();
-        for graph in store.named_graphs() {
-            if let NamedOrBlankNode::NamedNode(node) = graph?
-                && let Some(name) = tenant_of_graph(node.as_str())
-            {
-                tenants.push(name);
-            }
-        }
+        let mut tenants: Vec<String> = self.backend.graphs()?.iter().filter_map(|g| tenant_of_graph(g.as_str())).collect();
         tenants.sort();
+        tenants.dedup();
         Ok(tenants)
     }
 
-    /// Runs `body` as the one writer, in one Oxigraph transaction that also
-    /// increments `snapshot_version`. Nothing is committed when `body` fails.
-    pub fn write<T, E>(&self, body: impl FnOnce(&mut WriteTx<'_>) -> Result<T, E>) -> Result<T, E>
+    /// Runs `body` as this process's one writer and commits what it did
+    /// together with the next `snapshot_version`, atomically. Nothing is
+    /// committed when `body` fails. On a shared store, when another node
+    /// committed since `body` read, `body` runs again on fresh reads (it must
+    /// not have effects outside `tx`), up to a bound.
+    pub fn write<T, E>(&self, mut body: impl FnMut(&mut WriteTx<'_>) -> Result<T, E>) -> Result<T, E>
     where
         E: From<StoreError>,
     {
         let mut state = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let store = self.handle();
-        let tx = store.start_transaction().map_err(StoreError::from)?;
-        let cached = std::mem::take(&mut *state);
-        let version = cached.version;
-        let mut write_tx = WriteTx { tx, cached, version, heads: HashMap::new() };
-        let outcome = body(&mut write_tx).and_then(|value| Ok((value, write_tx.bump_version()?)));
-        let WriteTx { tx, mut cached, heads, .. } = write_tx;
-        let (value, version) = match outcome {
-            Ok(done) => done,
-            Err(error) => {
-                *state = cached;
-                return Err(error);
+        let shared = self.backend.shared();
+        for attempt in 1..=WRITE_ATTEMPTS {
+            let cached = if shared { WriterState::default() } else { std::mem::take(&mut *state) };
+            let version = cached.version;
+            let mut tx = WriteTx {
+                backend: &*self.backend,
+                changes: ChangeSet::default(),
+                cached,
+                version,
+                version_read: None,
+                heads: HashMap::new(),
+                heads_read: Vec::new(),
+            };
+            let outcome = body(&mut tx).and_then(|value| Ok((value, tx.bump_version()?)));
+            let WriteTx { changes, mut cached, heads, version_read, heads_read, .. } = tx;
+            let restore = |state: &mut WriterState, cached: WriterState| {
+                if !shared {
+                    *state = cached;
+                }
+            };
+            let (value, version) = match outcome {
+                Ok(done) => done,
+                Err(error) => {
+                    restore(&mut state, cached);
+                    return Err(error);
+                }
+            };
+            let guard = Guard { version: version_read, audit_heads: heads_read };
+            match self.backend.commit(&changes, &guard) {
+                Err(error) => {
+                    restore(&mut state, cached);
+                    return Err(error.into());
+                }
+                Ok(Committed::Applied) => {
+                    // Only a committed transaction may update the cache.
+                    cached.version = Some(version);
+                    cached.audit_heads.extend(heads);
+                    restore(&mut state, cached);
+                    tracing::debug!(snapshot_version = version, attempt, "write committed");
+                    return Ok(value);
+                }
+                Ok(Committed::Lost) => {
+                    tracing::debug!(attempt, "another writer committed first; running the transaction again");
+                    std::thread::sleep(backoff(attempt));
+                }
             }
-        };
-        if let Err(error) = tx.commit() {
-            *state = cached;
-            return Err(StoreError::from(error).into());
         }
-        // Only a committed transaction may update the cache.
-        cached.version = Some(version);
-        cached.audit_heads.extend(heads);
-        *state = cached;
-        tracing::debug!(snapshot_version = version, "write committed");
-        Ok(value)
+        Err(StoreError::Contended { attempts: WRITE_ATTEMPTS }.into())
     }
 
-    /// Rebuilds the store from its live quads into a fresh directory and
-    /// switches to it, so that strings no quad refers to any more (the
-    /// content of tombstoned atoms) are gone from disk. Crash-safe: the
-    /// switch is one atomic rename of the `CURRENT` file; an interrupted
-    /// vacuum is finished at the next open.
+    /// Copies every graph of this store (the system graph and every tenant,
+    /// audit chains included) into `target`, which must hold no memories
+    /// yet and must not be used by any node until the copy is done. The
+    /// target ends at this store's version. Returns the quads copied.
+    pub fn copy_into(&self, target: &Store, progress: &dyn Fn(usize, usize)) -> Result<u64> {
+        if !target.tenants()?.is_empty() || target.snapshot_version()? != 0 {
+            return Err(StoreError::Config(format!("the target store {} is not empty; migrate only into a new store", target.location())));
+        }
+        let tenants = self.tenants()?;
+        let mut copied = 0_u64;
+        let system: Vec<Quad> = self
+            .system_quads()?
+            .into_iter()
+            .filter(|q| q.predicate.as_ref() != hmg::SNAPSHOT_VERSION && q.predicate.as_ref() != hmg::FORMAT_VERSION)
+            .collect();
+        target.backend.load(&system)?;
+        copied += system.len() as u64;
+        for (done, tenant) in tenants.iter().enumerate() {
+            let quads = self.tenant_quads(tenant)?;
+            target.backend.load(&quads)?;
+            copied += quads.len() as u64;
+            progress(done + 1, tenants.len());
+        }
+        // The version last, so a reader of a half-copied store sees 0.
+        let version = i64::try_from(self.snapshot_version()?).unwrap_or(i64::MAX);
+        let mut changes = ChangeSet::default();
+        changes.remove(Quad::new(STORE_NODE, hmg::SNAPSHOT_VERSION, Literal::from(0_i64), SYSTEM_GRAPH));
+        changes.insert(Quad::new(STORE_NODE, hmg::SNAPSHOT_VERSION, Literal::from(version), SYSTEM_GRAPH));
+        if target.backend.commit(&changes, &Guard { version: Some(0), audit_heads: Vec::new() })? == Committed::Lost {
+            return Err(StoreError::Config(format!("another process wrote to {} during the migration", target.location())));
+        }
+        target.flush()?;
+        Ok(copied)
+    }
+
+    /// Makes the strings of destroyed content unreachable on disk (embedded:
+    /// rebuilds the store; see [`embedded::Embedded`]). Takes the writer
+    /// lock, so no transaction overlaps it.
     pub fn vacuum(&self) -> Result<()> {
-        let Some(root) = &self.root else { return Ok(()) };
         let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        layout::mark_vacuum_pending(root)?;
-        let old = self.handle();
-        let next_dir = layout::next_generation_dir(root)?;
-        {
-            let next = oxigraph::store::Store::open(&next_dir)?;
-            let mut loader = next.bulk_loader();
-            loader.load_ok_quads::<StorageError, StorageError>(old.iter())?;
-            loader.commit()?;
-            next.flush()?;
-        }
-        let next = oxigraph::store::Store::open(&next_dir)?;
-        layout::switch_current(root, &next_dir)?;
-        {
-            let mut guard = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            *guard = next;
-        }
-        drop(old);
-        layout::remove_stale_generations(root, &next_dir);
-        // Checkpoints hard-link the old files, destroyed content included.
-        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        layout::remove_snapshots(root);
-        layout::clear_vacuum_pending(root)?;
-        Ok(())
+        self.backend.vacuum()
     }
 
     /// Marks that a vacuum must run even if this process dies before it
     /// does (called before committing a tombstone).
     pub fn mark_vacuum_pending(&self) -> Result<()> {
-        match &self.root {
-            Some(root) => layout::mark_vacuum_pending(root),
-            None => Ok(()),
-        }
+        self.backend.mark_vacuum_pending()
     }
 
     /// Writes everything to disk.
     pub fn flush(&self) -> Result<()> {
-        Ok(self.handle().flush()?)
+        self.backend.flush()
     }
 }
 
-/// The one open write transaction. Reads inside it see its own writes.
+/// A jittered pause before running a lost transaction again.
+fn backoff(attempt: u32) -> std::time::Duration {
+    let jitter = u64::from(ulid::Ulid::generate().random() as u16 % 8);
+    std::time::Duration::from_millis(u64::from(attempt.min(8)) * 3 + jitter)
+}
+
+/// The open write transaction. Reads inside it see its own writes.
 pub struct WriteTx<'a> {
-    tx: Transaction<'a>,
+    backend: &'a dyn Backend,
+    changes: ChangeSet,
     cached: WriterState,
+    /// The version this transaction builds on, once known.
     version: Option<i64>,
+    /// The version as read from the store (the guard).
+    version_read: Option<i64>,
     /// Audit heads read or written in this transaction.
     heads: HashMap<String, Option<AuditHead>>,
+    /// Audit heads as read from the store (the guard).
+    heads_read: Vec<(NamedNode, Option<NamedNode>)>,
 }
 
 impl WriteTx<'_> {
     /// Inserts a quad.
     pub fn insert(&mut self, quad: QuadRef<'_>) {
-        self.tx.insert(quad);
+        self.changes.insert(quad.into_owned());
     }
 
     /// Removes a quad.
     pub fn remove(&mut self, quad: QuadRef<'_>) {
-        self.tx.remove(quad);
+        self.changes.remove(quad.into_owned());
     }
 
     /// Every quad matching the pattern, as seen inside the transaction.
@@ -461,10 +474,14 @@ impl WriteTx<'_> {
         object: Option<&Term>,
         graph: GraphNameRef<'_>,
     ) -> Result<Vec<Quad>> {
-        Ok(self
-            .tx
-            .quads_for_pattern(subject.map(Into::into), predicate, object.map(Term::as_ref), Some(graph))
-            .collect::<Result<Vec<_>, _>>()?)
+        let mut found = self.backend.quads(subject, predicate, object, graph)?;
+        found.retain(|quad| !self.changes.removed.contains(quad));
+        for quad in self.changes.inserted_matching(subject, predicate, object, graph) {
+            if !found.contains(quad) {
+                found.push(quad.clone());
+            }
+        }
+        Ok(found)
     }
 
     /// The single object of `subject predicate ?o` in `graph`, if any.
@@ -475,26 +492,29 @@ impl WriteTx<'_> {
     /// Replaces every `subject predicate ?o` in `graph` by one new object.
     pub fn set(&mut self, subject: NamedNodeRef<'_>, predicate: NamedNodeRef<'_>, object: &Term, graph: GraphNameRef<'_>) -> Result<()> {
         for quad in self.quads(Some(subject), Some(predicate), None, graph)? {
-            self.tx.remove(&quad);
+            self.changes.remove(quad);
         }
-        self.tx.insert(QuadRef::new(subject, predicate, object, graph));
+        self.insert(QuadRef::new(subject, predicate, object, graph));
         Ok(())
     }
 
-    fn current_version(&self) -> Result<i64> {
-        match self.version {
-            Some(version) => Ok(version),
-            None => match self.object(STORE_NODE, hmg::SNAPSHOT_VERSION, SYSTEM_GRAPH.into())? {
-                Some(term) => integer_of(&term),
-                None => Ok(0),
-            },
+    fn current_version(&mut self) -> Result<i64> {
+        if let Some(version) = self.version {
+            self.version_read.get_or_insert(version);
+            return Ok(version);
         }
+        let read = match self.backend.quads(Some(STORE_NODE), Some(hmg::SNAPSHOT_VERSION), None, SYSTEM_GRAPH.into())?.first() {
+            Some(quad) => integer_of(&quad.object)?,
+            None => return Err(StoreError::Corrupt("the store has no snapshotVersion (not initialized)".to_owned())),
+        };
+        self.version = Some(read);
+        self.version_read = Some(read);
+        Ok(read)
     }
 
     /// The snapshot version this transaction will commit as.
     pub fn version(&mut self) -> Result<u64> {
         let current = self.current_version()?;
-        self.version = Some(current);
         Ok((current + 1).max(0) as u64)
     }
 
@@ -502,21 +522,20 @@ impl WriteTx<'_> {
         let graph: GraphNameRef<'_> = SYSTEM_GRAPH.into();
         let current = self.current_version()?;
         let next = current + 1;
-        self.tx.remove(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(current), graph));
-        self.tx.insert(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(next), graph));
-        self.version = Some(next);
+        self.remove(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(current), graph));
+        self.insert(QuadRef::new(STORE_NODE, hmg::SNAPSHOT_VERSION, &Literal::from(next), graph));
         Ok(next)
     }
 
     /// The newest audit entry of `tenant` (read from the store once per
-    /// process, then from the writer's cache).
+    /// transaction, or once per process for a store no one else writes).
     pub fn audit_head(&mut self, tenant: &str) -> Result<Option<AuditHead>> {
         if let Some(head) = self.heads.get(tenant).or_else(|| self.cached.audit_heads.get(tenant)) {
             return Ok(head.clone());
         }
         let graph_node = tenant_graph(tenant);
         let graph: GraphNameRef<'_> = graph_node.as_ref().into();
-        let head = match self.object(graph_node.as_ref(), hmg::AUDIT_HEAD, graph)? {
+        let head = match self.backend.quads(Some(graph_node.as_ref()), Some(hmg::AUDIT_HEAD), None, graph)?.first().map(|q| &q.object) {
             None => None,
             Some(Term::NamedNode(entry)) => {
                 let seq = self
@@ -528,10 +547,11 @@ impl WriteTx<'_> {
                     Some(Term::Literal(l)) => l.value().to_owned(),
                     _ => return Err(StoreError::Corrupt(format!("audit head {entry} has no hash"))),
                 };
-                Some(AuditHead { entry, seq: seq.max(0) as u64, hash })
+                Some(AuditHead { entry: entry.clone(), seq: seq.max(0) as u64, hash })
             }
             Some(other) => return Err(StoreError::Corrupt(format!("audit head is not an IRI: {other}"))),
         };
+        self.heads_read.push((graph_node, head.as_ref().map(|h| h.entry.clone())));
         self.heads.insert(tenant.to_owned(), head.clone());
         Ok(head)
     }
@@ -542,9 +562,9 @@ impl WriteTx<'_> {
         let graph_node = tenant_graph(tenant);
         let graph: GraphNameRef<'_> = graph_node.as_ref().into();
         if let Some(previous) = previous {
-            self.tx.remove(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &previous.entry, graph));
+            self.remove(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &previous.entry, graph));
         }
-        self.tx.insert(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &head.entry, graph));
+        self.insert(QuadRef::new(&graph_node, hmg::AUDIT_HEAD, &head.entry, graph));
         self.heads.insert(tenant.to_owned(), Some(head));
         Ok(())
     }

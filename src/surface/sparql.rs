@@ -1,6 +1,7 @@
 //! Read-only SPARQL for auditors: the `/sparql` endpoint (SPARQL 1.1
 //! Protocol) and `hmg sparql`. Parses the query, refuses updates, confines
-//! it to the caller's tenant graph ([`crate::store::Store::query_confined`]),
+//! it to the caller's tenant graph ([`crate::store::query_confined`], or in
+//! the query sent to a remote store),
 //! enforces a time limit, a result size limit and (in the server) a memory
 //! limit, and serializes the results in the negotiated format.
 //!
@@ -97,6 +98,9 @@ pub(crate) enum SparqlError {
     /// The worker process could not run or died.
     #[error("the query could not be evaluated: {0}")]
     Worker(String),
+    /// The remote store did not answer.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl crate::fault::Classified for SparqlError {
@@ -109,13 +113,14 @@ impl crate::fault::Classified for SparqlError {
             SparqlError::Timeout(_) | SparqlError::ResultTooLarge(_) | SparqlError::OutOfMemory(_) => Fault::OverLimit,
             SparqlError::Busy => Fault::Busy,
             SparqlError::Worker(_) => Fault::Internal,
+            SparqlError::Unavailable(_) => Fault::Unavailable,
         }
     }
 
     fn field(&self) -> Option<&str> {
         match self {
             SparqlError::NotAcceptable(_) => Some("accept"),
-            SparqlError::Busy | SparqlError::Worker(_) => None,
+            SparqlError::Busy | SparqlError::Worker(_) | SparqlError::Unavailable(_) => None,
             _ => Some("query"),
         }
     }
@@ -251,7 +256,61 @@ impl Format {
 /// not write.
 pub(crate) fn answer(store: &Store, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
     let _span = tracing::info_span!("sparql", tenant).entered();
-    answer_on(store.handle(), tenant, text, accept, limits)
+    if let Some(remote) = store.remote() {
+        return forward(remote, tenant, text, accept, limits);
+    }
+    match store.embedded() {
+        Some(embedded) => answer_on(embedded.handle(), tenant, text, accept, limits),
+        None => Err(SparqlError::Worker("this store cannot evaluate SPARQL".to_owned())),
+    }
+}
+
+/// Answers `text` from a remote store: parsed and checked here, its dataset
+/// replaced by the tenant's graph in the query sent
+/// ([`crate::store::remote::Remote::query_confined`]), the answer
+/// re-serialized here in the negotiated format within `limits` (the remote
+/// store evaluates; its own limits bound the work).
+fn forward(remote: &crate::store::remote::Remote, tenant: &str, text: &str, accept: &str, limits: Limits) -> Result<Answer, SparqlError> {
+    use crate::store::remote::Answered;
+    let owned = text.to_owned();
+    let query = on_big_stack(move || parse(&owned))??;
+    let format = Format::for_query(&query, accept)?;
+    let answered = remote.query_confined(tenant, query).map_err(|e| match e {
+        crate::store::StoreError::Query { message, .. } => SparqlError::Evaluation(message),
+        other => SparqlError::Unavailable(other.to_string()),
+    })?;
+    let deadline = Instant::now() + limits.timeout;
+    let too_large = Cell::new(false);
+    let mut body = Vec::new();
+    let mut out = Capped { inner: &mut body, written: 0, limits, deadline, too_large: &too_large };
+    let evaluation = |e: &dyn std::fmt::Display| SparqlError::Evaluation(e.to_string());
+    let written = match (answered, format) {
+        (Answered::Boolean(value), Format::Solutions(format)) => {
+            QueryResultsSerializer::from_format(format).serialize_boolean_to_writer(&mut out, value).map(|_| ()).map_err(|e| evaluation(&e))
+        }
+        (Answered::Solutions(variables, rows), Format::Solutions(format)) => (|| {
+            let mut writer = QueryResultsSerializer::from_format(format)
+                .serialize_solutions_to_writer(&mut out, variables)
+                .map_err(|e| evaluation(&e))?;
+            for row in &rows {
+                writer.serialize(row).map_err(|e| evaluation(&e))?;
+            }
+            writer.finish().map(|_| ()).map_err(|e| evaluation(&e))
+        })(),
+        (Answered::Graph(triples), Format::Graph(format)) => (|| {
+            let mut writer = RdfSerializer::from_format(format).for_writer(&mut out);
+            for triple in &triples {
+                writer.serialize_triple(triple).map_err(|e| evaluation(&e))?;
+            }
+            writer.finish().map(|_| ()).map_err(|e| evaluation(&e))
+        })(),
+        _ => Err(SparqlError::Evaluation("the query form does not match the negotiated format".to_owned())),
+    };
+    match written {
+        Ok(()) => Ok(Answer { media_type: format.media_type(), body }),
+        Err(_) if too_large.get() => Err(SparqlError::ResultTooLarge(limits.max_result_bytes)),
+        Err(error) => Err(error),
+    }
 }
 
 /// Parses, negotiates and evaluates `text` on `store` within `limits`, all
@@ -397,9 +456,10 @@ pub(crate) fn run_worker(
     }
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(input, MAX_QUERY_BYTES as u64 + 1), &mut text)?;
-    let outcome = Store::open_snapshot(snapshot)
-        .map_err(|e| SparqlError::Worker(e.to_string()))
-        .and_then(|store| answer_on(store.handle(), tenant, &text, accept, limits));
+    let outcome = Store::open_snapshot(snapshot).map_err(|e| SparqlError::Worker(e.to_string())).and_then(|store| match store.embedded() {
+        Some(embedded) => answer_on(embedded.handle(), tenant, &text, accept, limits),
+        None => Err(SparqlError::Worker("a checkpoint is always embedded".to_owned())),
+    });
     let code = match outcome {
         Ok(answer) => {
             out.write_all(&answer.body)?;

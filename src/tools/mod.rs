@@ -49,6 +49,10 @@ pub enum ToolError {
     /// The server failed; the request may be retried.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The store is out of reach or busy with other writers for now;
+    /// nothing was written, retry.
+    #[error("temporarily unavailable, nothing was written; retry: {0}")]
+    Unavailable(String),
 }
 
 impl crate::fault::Classified for ToolError {
@@ -57,6 +61,7 @@ impl crate::fault::Classified for ToolError {
             ToolError::Invalid { .. } | ToolError::UnknownTool(_) => crate::fault::Fault::Invalid,
             ToolError::Forbidden(_) => crate::fault::Fault::Forbidden,
             ToolError::Internal(_) => crate::fault::Fault::Internal,
+            ToolError::Unavailable(_) => crate::fault::Fault::Unavailable,
         }
     }
 
@@ -74,6 +79,10 @@ impl From<MemoryError> for ToolError {
         use crate::fault::{Classified, Fault};
         match error.fault() {
             Fault::Forbidden => ToolError::Forbidden(error.to_string()),
+            Fault::Unavailable => {
+                tracing::warn!(%error, "tool call refused: the store is unavailable");
+                ToolError::Unavailable(error.to_string())
+            }
             fault if fault.is_callers() => ToolError::Invalid { field: error.field().map(str::to_owned), message: error.to_string() },
             _ => {
                 tracing::error!(%error, "tool call failed");

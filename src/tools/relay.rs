@@ -116,7 +116,7 @@ pub(crate) fn socket_path(dir: &Path) -> PathBuf {
 }
 
 fn is_lock_error(error: &MemoryError) -> bool {
-    matches!(error, MemoryError::Store(crate::store::StoreError::Locked { .. }))
+    matches!(error, MemoryError::Store(crate::store::StoreError::Locked { .. } | crate::store::StoreError::NodeLocked { .. }))
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> MemoryError {

@@ -20,6 +20,7 @@ mod merge;
 mod recall;
 mod redaction;
 mod reflect;
+mod remote;
 mod rest;
 mod secrets;
 

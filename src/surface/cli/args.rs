@@ -15,12 +15,93 @@ pub struct Cli {
     /// Print one JSON document on stdout instead of readable text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// A remote SPARQL 1.1 store instead of the embedded one.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Scope overrides (by default inferred from the working directory).
     #[command(flatten)]
     pub scope: ScopeArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// A remote SPARQL 1.1 store shared by many HMG nodes (see README, "Scaling
+/// out"). With it, `--store` is this node's own directory (its indexes,
+/// tokens and keys); the memories live in the remote store.
+#[derive(Args, Default, Clone)]
+pub struct RemoteArgs {
+    /// SPARQL query endpoint of a shared store (e.g. http://127.0.0.1:8890/sparql-auth).
+    #[arg(long, global = true, env = "HMG_STORE_URL", value_name = "URL")]
+    pub store_url: Option<String>,
+    /// SPARQL update endpoint, when it differs from the query endpoint.
+    #[arg(long, global = true, env = "HMG_STORE_UPDATE_URL", value_name = "URL")]
+    pub store_update_url: Option<String>,
+    /// User for the store (HTTP Basic or Digest, as the store asks).
+    #[arg(long, global = true, env = "HMG_STORE_USER", value_name = "USER")]
+    pub store_user: Option<String>,
+    /// Password for the store (prefer the environment variable).
+    #[arg(long, global = true, env = "HMG_STORE_PASSWORD", value_name = "PASSWORD", hide_env_values = true)]
+    pub store_password: Option<String>,
+    /// Bearer token for the store (instead of a user and password).
+    #[arg(long, global = true, env = "HMG_STORE_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub store_token: Option<String>,
+    /// Longest wait for one request to the store, in seconds.
+    #[arg(long, global = true, env = "HMG_STORE_TIMEOUT_SECS", value_name = "SECONDS", default_value_t = 30)]
+    pub store_timeout_secs: u64,
+    /// The writer node (`http://host:port` of its `hmg serve`) that commits
+    /// for every node: needed when the store does not isolate concurrent
+    /// updates (Virtuoso). The writer node itself runs without it.
+    #[arg(long, global = true, env = "HMG_STORE_WRITER", value_name = "URL")]
+    pub store_writer: Option<String>,
+    /// The secret nodes share to relay commits to the writer node (and the
+    /// writer node to accept them).
+    #[arg(long, global = true, env = "HMG_NODE_SECRET", value_name = "SECRET", hide_env_values = true)]
+    pub node_secret: Option<String>,
+}
+
+impl std::fmt::Debug for RemoteArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteArgs")
+            .field("store_url", &self.store_url)
+            .field("store_update_url", &self.store_update_url)
+            .field("store_user", &self.store_user)
+            .field("store_password", &self.store_password.as_ref().map(|_| "…"))
+            .field("store_token", &self.store_token.as_ref().map(|_| "…"))
+            .field("store_timeout_secs", &self.store_timeout_secs)
+            .field("store_writer", &self.store_writer)
+            .field("node_secret", &self.node_secret.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl RemoteArgs {
+    /// The remote store configuration, if a URL is given.
+    pub(crate) fn config(&self) -> Result<Option<crate::store::RemoteConfig>, String> {
+        let Some(url) = &self.store_url else {
+            if self.store_update_url.is_some() || self.store_user.is_some() || self.store_token.is_some() {
+                return Err("--store-update-url, --store-user and --store-token need --store-url".to_owned());
+            }
+            return Ok(None);
+        };
+        let credentials = match (&self.store_user, &self.store_password, &self.store_token) {
+            (Some(_), _, Some(_)) => return Err("give either --store-user/--store-password or --store-token, not both".to_owned()),
+            (Some(user), Some(password), None) => {
+                crate::store::remote::Credentials::Password { user: user.clone(), password: password.clone() }
+            }
+            (Some(_), None, None) => return Err("--store-user needs a password (HMG_STORE_PASSWORD)".to_owned()),
+            (None, _, Some(token)) => crate::store::remote::Credentials::Bearer(token.clone()),
+            (None, _, None) => crate::store::remote::Credentials::None,
+        };
+        Ok(Some(crate::store::RemoteConfig {
+            query_url: url.clone(),
+            update_url: self.store_update_url.clone(),
+            credentials,
+            timeout: std::time::Duration::from_secs(self.store_timeout_secs.max(1)),
+            writer: self.store_writer.clone(),
+            node_secret: self.node_secret.clone(),
+        }))
+    }
 }
 
 /// Scope overrides.
@@ -173,6 +254,25 @@ pub enum Command {
     },
     /// Rebuild every derived index (keyword, semantic, graph) from the store.
     Reindex,
+    /// Copy the whole store (every tenant, audit chains included) into an
+    /// empty store: a SPARQL endpoint or an embedded store directory.
+    Migrate {
+        /// The target: http(s)://… (a SPARQL 1.1 store) or a directory.
+        #[arg(long, value_name = "URL|DIR")]
+        to: String,
+        /// The target's update endpoint, when it differs.
+        #[arg(long, value_name = "URL")]
+        to_update_url: Option<String>,
+        /// User for the target store.
+        #[arg(long, env = "HMG_TO_USER", value_name = "USER")]
+        to_user: Option<String>,
+        /// Password for the target store (prefer the environment variable).
+        #[arg(long, env = "HMG_TO_PASSWORD", value_name = "PASSWORD", hide_env_values = true)]
+        to_password: Option<String>,
+        /// Bearer token for the target store.
+        #[arg(long, env = "HMG_TO_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+        to_token: Option<String>,
+    },
     /// Measure recall quality on a benchmark (JSON Lines of bench/README.md) in a fresh in-memory store.
     Eval {
         /// Memories file.

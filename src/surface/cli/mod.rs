@@ -189,8 +189,9 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
         let code = crate::surface::sparql::run_worker(snapshot, tenant, accept, limits, &mut std::io::stdin(), out)?;
         return Ok(if code == 0 { Exit::Ok } else { Exit::Rejected });
     }
+    let options = memory_options(&cli)?;
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
-        return serve(cli, out);
+        return serve(cli, options, out);
     }
     if let Command::Token { command } = &cli.command {
         let dir = cli.store.clone().or_else(default_store_dir).ok_or(CliError::NoStore)?;
@@ -201,10 +202,17 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let explicit_tenant = cli.scope.tenant.clone();
     let json = cli.json;
     let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
-    let shared = crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+    let shared = crate::tools::relay::SharedMemory::open(&dir, options)?;
     let exit = dispatch(cli.command, &shared, &caller, explicit_tenant, json, out, err)?;
     shared.flush()?;
     Ok(exit)
+}
+
+/// The options every command opens the memory with: the remote store, if
+/// one is named.
+fn memory_options(cli: &Cli) -> Result<crate::MemoryOptions, CliError> {
+    let remote = cli.remote.config().map_err(|message| MemoryError::invalid("store_url", message))?;
+    Ok(crate::MemoryOptions { remote, ..crate::MemoryOptions::default() })
 }
 
 /// `hmg token create|list|revoke` (no store lock needed: tokens live in
@@ -282,7 +290,7 @@ fn redact_command(text: &str, json: bool, out: &mut dyn Write) -> Result<Exit, C
 
 /// The long-running and host-facing commands: `mcp`, `serve`, `hook`.
 /// They share the store with other processes through [`crate::tools::relay`].
-fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
+fn serve(cli: Cli, options: crate::MemoryOptions, out: &mut dyn Write) -> Result<Exit, CliError> {
     let dir = cli.store.or_else(default_store_dir).ok_or(CliError::NoStore)?;
     if cli.scope.tenant.is_some() || cli.scope.workspace.is_some() || cli.scope.repository.is_some() || cli.scope.branch.is_some() {
         return Err(MemoryError::invalid(
@@ -310,7 +318,7 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
         }
         Command::Hook { command: HookCommand::SessionStart } => {
             let input = crate::surface::hook::read_input(&mut std::io::stdin())?;
-            let shared = crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?;
+            let shared = crate::tools::relay::SharedMemory::open(&dir, options.clone())?;
             let output = crate::surface::hook::session_start(&input, &crate::scope::os_user(), &shared)?;
             write_json(out, &output)?;
             shared.flush()?;
@@ -324,7 +332,7 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
                     None
                 }
             };
-            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, options.clone())?);
             let server = crate::surface::mcp::HmgServer::new(
                 std::sync::Arc::clone(&shared),
                 crate::surface::mcp::ScopeResolver::local(key),
@@ -337,12 +345,13 @@ fn serve(cli: Cli, out: &mut dyn Write) -> Result<Exit, CliError> {
         Command::Serve { listen, allow_hosts, allow_origins, shutdown_grace_secs } => {
             let tokens = std::sync::Arc::new(crate::surface::token::TokenStore::new(&dir));
             let address = crate::surface::http::listen_address(&listen, tokens.any_active()?)?;
-            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, crate::MemoryOptions::default())?);
+            let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, options.clone())?);
             let options = crate::surface::http::ServeOptions {
                 allowed_hosts: allow_hosts,
                 allowed_origins: allow_origins,
                 sparql_worker: std::env::current_exe().ok(),
                 shutdown_grace: std::time::Duration::from_secs(shutdown_grace_secs),
+                node_secret: cli.remote.node_secret.clone().filter(|_| cli.remote.store_url.is_some() && cli.remote.store_writer.is_none()),
                 ..crate::surface::http::ServeOptions::default()
             };
             let runtime = runtime()?;

@@ -116,6 +116,9 @@ pub(crate) struct ServeOptions {
     pub max_in_flight: usize,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// The secret other nodes present to relay their commits here
+    /// (`HMG_NODE_SECRET`; `None`: this node takes no relayed commits).
+    pub node_secret: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -128,6 +131,7 @@ impl Default for ServeOptions {
             request_deadline: crate::surface::blocking::DEFAULT_DEADLINE,
             max_in_flight: 32,
             shutdown_grace: Duration::from_secs(10),
+            node_secret: None,
         }
     }
 }
@@ -271,7 +275,9 @@ async fn authenticate(State(state): State<AppState>, mut request: axum::extract:
     let path = request.uri().path();
     let explorer = request.method() == axum::http::Method::GET && (path == "/graphql" || path.starts_with("/graphql/assets/"));
     let documentation = path == concat!("/api/v1/hetamem/vg", "/openapi.json");
-    if path == "/healthz" || path.starts_with("/.well-known/") || explorer || documentation {
+    // A relayed commit is authenticated by the node secret, in its handler.
+    let relayed = path == crate::store::remote::relay::COMMIT_PATH;
+    if path == "/healthz" || path.starts_with("/.well-known/") || explorer || documentation || relayed {
         return next.run(request).await;
     }
     let tokens = Arc::clone(&state.tokens);
@@ -381,7 +387,8 @@ async fn sparql(
     let tenant = principal.tenant.clone();
     let limits = state.options.sparql;
     let answer = match &state.options.sparql_worker {
-        Some(worker) => {
+        // A remote store evaluates the query itself.
+        Some(worker) if !memory.store().is_shared() => {
             let snapshot = match crate::surface::blocking::run(state.options.request_deadline, move || memory.store().read_snapshot()).await
             {
                 Ok(Ok(Some(snapshot))) => snapshot,
@@ -391,7 +398,7 @@ async fn sparql(
             };
             crate::surface::sparql::answer_isolated(worker, snapshot.dir(), &tenant, &text, &accept, limits).await
         }
-        None => match crate::surface::blocking::run(limits.timeout + Duration::from_secs(1), move || {
+        _ => match crate::surface::blocking::run(limits.timeout + Duration::from_secs(1), move || {
             crate::surface::sparql::answer(memory.store(), &tenant, &text, &accept, limits)
         })
         .await
@@ -448,6 +455,28 @@ fn url_pairs(body: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The writer node's commit endpoint: another node's commit, applied here
+/// one at a time (see [`crate::store::remote::relay`]).
+async fn relayed_commit(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    use crate::store::remote::relay::{self, RelayError};
+    let Some(expected) = state.options.node_secret.clone() else {
+        return error(StatusCode::NOT_FOUND, "this node takes no relayed commits (start the writer node with HMG_NODE_SECRET)");
+    };
+    let given = headers.get(relay::SECRET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !relay::secret_matches(&expected, given) {
+        return error(StatusCode::UNAUTHORIZED, "wrong or missing node secret");
+    }
+    let Some(memory) = state.shared.local() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "this node does not have the store open");
+    };
+    match crate::surface::blocking::run(state.options.request_deadline, move || relay::apply(memory.store(), &body)).await {
+        Ok(Ok(committed)) => axum::Json(relay::answer_body(committed)).into_response(),
+        Ok(Err(error @ (RelayError::Malformed(_) | RelayError::Refused(_)))) => self::error(StatusCode::BAD_REQUEST, error),
+        Ok(Err(RelayError::Store(store))) => self::error(StatusCode::SERVICE_UNAVAILABLE, store),
+        Err(refused) => classified(&refused),
+    }
+}
+
 async fn healthz() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
@@ -464,11 +493,16 @@ async fn trace_request(request: axum::extract::Request, next: axum::middleware::
 /// limit), by their declared length, and caps the body stream for routes
 /// whose handlers read it themselves (MCP).
 async fn limit_body(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let limit = if request.uri().path() == crate::store::remote::relay::COMMIT_PATH {
+        crate::store::remote::relay::MAX_COMMIT_BYTES
+    } else {
+        MAX_BODY_BYTES
+    };
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+    if declared.is_some_and(|length| length > limit as u64) {
         return too_large();
     }
-    let request = request.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES)));
+    let request = request.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, limit)));
     let response = next.run(request).await;
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE
         && response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"text/plain"))
@@ -585,6 +619,10 @@ pub(crate) fn router(
         .route("/graphql/assets/{name}", get(explorer_asset))
         .merge(crate::surface::rest::routes(rest))
         .route("/healthz", get(healthz))
+        .route(
+            crate::store::remote::relay::COMMIT_PATH,
+            axum::routing::post(relayed_commit).layer(DefaultBodyLimit::max(crate::store::remote::relay::MAX_COMMIT_BYTES)),
+        )
         .route("/.well-known/oauth-protected-resource", get(protected_resource))
         .route("/.well-known/oauth-protected-resource/mcp", get(protected_resource))
         .layer(axum::middleware::from_fn(peer::cancel_when_gone))

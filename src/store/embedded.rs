@@ -1,0 +1,262 @@
+//! The embedded backend: Oxigraph on disk (RocksDB) or in memory, owned by
+//! this process.
+//!
+//! **Invariants**
+//! - One process opens a store directory (RocksDB's lock); within it the
+//!   [`super::Store`] writer lock serializes transactions, so a guard always
+//!   holds and [`Backend::commit`] is one Oxigraph transaction.
+//! - Tombstoned content is destroyed, not hidden: Oxigraph never deletes
+//!   strings from its dictionary, so a tombstone is followed by a *vacuum*
+//!   that rebuilds the store from its live quads into a fresh directory and
+//!   switches to it atomically (see [`Embedded::vacuum`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use oxigraph::model::{GraphName, GraphNameRef, NamedNode, NamedNodeRef, NamedOrBlankNode, Quad, Term};
+use oxigraph::sparql::{QueryResults, QuerySolution, SparqlEvaluator, Variable};
+use oxigraph::store::StorageError;
+
+use super::backend::{Backend, ChangeSet, Committed, Guard};
+use super::{NamedQuery, Result, StoreError, layout};
+
+/// Oxigraph owned by this process.
+pub(crate) struct Embedded {
+    /// Current Oxigraph handle. Swapped only by a vacuum.
+    inner: RwLock<oxigraph::store::Store>,
+    /// Root directory (`None` in memory).
+    root: Option<PathBuf>,
+    /// Held by commits, vacuums and checkpoints: none of them overlaps.
+    exclusive: Mutex<()>,
+    /// The newest read-only checkpoint ([`Embedded::read_snapshot`]).
+    snapshot: Mutex<Option<Arc<ReadSnapshot>>>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+/// A read-only checkpoint of the store in its own directory, removed when
+/// dropped.
+#[derive(Debug)]
+pub struct ReadSnapshot {
+    dir: PathBuf,
+    version: u64,
+}
+
+impl ReadSnapshot {
+    /// Its directory (an Oxigraph store).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ReadSnapshot {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.dir)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.dir.display(), %error, "could not remove a read snapshot");
+        }
+    }
+}
+
+impl Embedded {
+    /// Opens (creating if needed) the store under `root`.
+    pub(crate) fn open(root: &Path) -> Result<Embedded> {
+        let oxigraph_dir = layout::prepare(root)?;
+        let inner = oxigraph::store::Store::open(&oxigraph_dir).map_err(|source| {
+            if source.to_string().to_lowercase().contains("lock") {
+                StoreError::Locked { path: root.to_path_buf(), source }
+            } else {
+                StoreError::Storage(source)
+            }
+        })?;
+        Ok(Embedded::from_handle(inner, Some(root.to_path_buf())))
+    }
+
+    /// A store in memory.
+    pub(crate) fn in_memory() -> Result<Embedded> {
+        Ok(Embedded::from_handle(oxigraph::store::Store::new()?, None))
+    }
+
+    /// Opens a checkpoint read-only.
+    pub(crate) fn open_read_only(dir: &Path) -> Result<Embedded> {
+        Ok(Embedded::from_handle(oxigraph::store::Store::open_read_only(dir)?, None))
+    }
+
+    fn from_handle(inner: oxigraph::store::Store, root: Option<PathBuf>) -> Embedded {
+        Embedded { inner: RwLock::new(inner), root, exclusive: Mutex::new(()), snapshot: Mutex::new(None) }
+    }
+
+    /// Whether a vacuum was owed when the last process stopped.
+    pub(crate) fn vacuum_owed(&self) -> bool {
+        self.root.as_deref().is_some_and(layout::vacuum_pending)
+    }
+
+    /// A clone of the current Oxigraph handle (cheap: reference counted).
+    pub(crate) fn handle(&self) -> oxigraph::store::Store {
+        match self.inner.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// A read-only checkpoint of the store as of `version` (RocksDB hard
+    /// links, cheap), for evaluating a client's query in another process.
+    /// Reused while the version stays the same; its directory is removed
+    /// when the last holder drops it, and every checkpoint is removed by a
+    /// vacuum (they would keep destroyed content). `None` in memory.
+    pub(crate) fn read_snapshot(&self, version: u64) -> Result<Option<Arc<ReadSnapshot>>> {
+        let Some(root) = &self.root else { return Ok(None) };
+        let mut cached = self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(snapshot) = cached.as_ref()
+            && snapshot.version == version
+            && snapshot.dir.exists()
+        {
+            return Ok(Some(Arc::clone(snapshot)));
+        }
+        let parent = layout::snapshots_dir(root);
+        std::fs::create_dir_all(&parent).map_err(|source| StoreError::Io { path: parent.clone(), source })?;
+        let dir = parent.join(format!("{version}-{}", ulid::Ulid::generate()));
+        {
+            let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.handle().backup(&dir)?;
+        }
+        let snapshot = Arc::new(ReadSnapshot { dir, version });
+        *cached = Some(Arc::clone(&snapshot));
+        Ok(Some(snapshot))
+    }
+}
+
+impl Backend for Embedded {
+    fn location(&self) -> String {
+        self.root.as_ref().map_or_else(|| "(in memory)".to_owned(), |root| root.display().to_string())
+    }
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn select(&self, query: NamedQuery, graph: Option<&NamedNode>, bindings: &[(&str, Term)]) -> Result<Vec<QuerySolution>> {
+        let query_error = |message: String| StoreError::Query { name: query.name(), message };
+        let mut prepared = SparqlEvaluator::new().for_query(query.parsed().clone());
+        if let Some(graph) = graph {
+            prepared.dataset_mut().set_default_graph(vec![GraphName::NamedNode(graph.clone())]);
+            prepared.dataset_mut().set_available_named_graphs(vec![NamedOrBlankNode::NamedNode(graph.clone())]);
+        }
+        for (name, term) in bindings {
+            let variable = Variable::new(*name).map_err(|e| query_error(e.to_string()))?;
+            prepared = prepared.substitute_variable(variable, term.clone());
+        }
+        let store = self.handle();
+        match prepared.on_store(&store).execute().map_err(|e| query_error(e.to_string()))? {
+            QueryResults::Solutions(solutions) => solutions.collect::<Result<Vec<_>, _>>().map_err(|e| query_error(e.to_string())),
+            _ => Err(query_error("not a SELECT query".to_owned())),
+        }
+    }
+
+    fn quads(
+        &self,
+        subject: Option<NamedNodeRef<'_>>,
+        predicate: Option<NamedNodeRef<'_>>,
+        object: Option<&Term>,
+        graph: GraphNameRef<'_>,
+    ) -> Result<Vec<Quad>> {
+        let store = self.handle();
+        Ok(store
+            .quads_for_pattern(subject.map(Into::into), predicate, object.map(Term::as_ref), Some(graph))
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn graphs(&self) -> Result<Vec<NamedNode>> {
+        let mut graphs = Vec::new();
+        for graph in self.handle().named_graphs() {
+            if let NamedOrBlankNode::NamedNode(node) = graph? {
+                graphs.push(node);
+            }
+        }
+        Ok(graphs)
+    }
+
+    fn commit(&self, changes: &ChangeSet, _guard: &Guard) -> Result<Committed> {
+        // The store's writer lock is held: nobody else wrote since the
+        // reads, so the guard holds by construction.
+        let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let store = self.handle();
+        let mut tx = store.start_transaction()?;
+        for quad in &changes.removed {
+            tx.remove(quad);
+        }
+        for quad in changes.inserted() {
+            tx.insert(quad);
+        }
+        tx.commit()?;
+        Ok(Committed::Applied)
+    }
+
+    fn load(&self, quads: &[Quad]) -> Result<()> {
+        let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let store = self.handle();
+        let mut tx = store.start_transaction()?;
+        for quad in quads {
+            tx.insert(quad);
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
+    }
+
+    /// Rebuilds the store from its live quads into a fresh directory and
+    /// switches to it, so that strings no quad refers to any more (the
+    /// content of tombstoned atoms) are gone from disk. Crash-safe: the
+    /// switch is one atomic rename of the `CURRENT` file; an interrupted
+    /// vacuum is finished at the next open.
+    fn vacuum(&self) -> Result<()> {
+        let Some(root) = &self.root else { return Ok(()) };
+        let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        layout::mark_vacuum_pending(root)?;
+        let old = self.handle();
+        let next_dir = layout::next_generation_dir(root)?;
+        {
+            let next = oxigraph::store::Store::open(&next_dir)?;
+            let mut loader = next.bulk_loader();
+            loader.load_ok_quads::<StorageError, StorageError>(old.iter())?;
+            loader.commit()?;
+            next.flush()?;
+        }
+        let next = oxigraph::store::Store::open(&next_dir)?;
+        layout::switch_current(root, &next_dir)?;
+        {
+            let mut guard = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *guard = next;
+        }
+        drop(old);
+        layout::remove_stale_generations(root, &next_dir);
+        // Checkpoints hard-link the old files, destroyed content included.
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        layout::remove_snapshots(root);
+        layout::clear_vacuum_pending(root)?;
+        Ok(())
+    }
+
+    fn mark_vacuum_pending(&self) -> Result<()> {
+        match &self.root {
+            Some(root) => layout::mark_vacuum_pending(root),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(self.handle().flush()?)
+    }
+
+    fn as_embedded(&self) -> Option<&Embedded> {
+        Some(self)
+    }
+}
