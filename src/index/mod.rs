@@ -375,17 +375,23 @@ impl Indexes {
             }
         }
         let total = touched.len();
-        let mut pending: Vec<(Atom, u64)> = Vec::new();
-        for (done, ((tenant, id), version)) in touched.into_iter().enumerate() {
-            let atom = load(store, &tenant, id)?;
-            match atom {
-                Some(atom) => pending.push((atom, version)),
-                None => self.forget(id, version),
+        let touched: Vec<((String, AtomId), u64)> = touched.into_iter().collect();
+        let mut done = 0;
+        // Batches of one tenant, read in one request each.
+        for batch in touched.chunk_by(|a, b| a.0.0 == b.0.0).flat_map(|tenant| tenant.chunks(64)) {
+            let tenant = &batch[0].0.0;
+            let ids: Vec<AtomId> = batch.iter().map(|((_, id), _)| *id).collect();
+            let mut atoms = crate::store::codec::load_atoms(store, tenant, &ids, true)?;
+            let mut pending: Vec<(Atom, u64)> = Vec::new();
+            for ((_, id), version) in batch {
+                match atoms.remove(id) {
+                    Some(atom) => pending.push((atom, *version)),
+                    None => self.forget(*id, *version),
+                }
             }
-            if pending.len() >= 64 || done + 1 == total {
-                self.index_batch(std::mem::take(&mut pending))?;
-                progress("index", done + 1, total);
-            }
+            self.index_batch(pending)?;
+            done += batch.len();
+            progress("index", done, total);
         }
         self.keyword.mark(target);
         self.keyword.refresh()?;

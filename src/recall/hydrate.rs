@@ -32,13 +32,25 @@ pub(super) fn hydrate(
     // A hard cap keeps hydration bounded when many scores are close; the
     // boosts' effect that far down the list is negligible.
     let hydrate_cap = (request.max_results * 3).max(30);
+    // A remote store pays per request: fetch every atom that may be
+    // hydrated in one.
+    let mut prefetched = if store.is_shared() {
+        let ids: Vec<AtomId> = ranked.iter().take(hydrate_cap).map(|(id, _)| *id).collect();
+        Some(crate::store::codec::load_atoms(store, query.tenant, &ids, false)?)
+    } else {
+        None
+    };
     for (hydrated, (id, mut candidate)) in ranked.into_iter().enumerate() {
         if kth_best.len() >= request.max_results
             && (candidate.score * max_boost < kth_best[request.max_results - 1] || hydrated >= hydrate_cap)
         {
             break;
         }
-        let Some(atom) = crate::store::codec::load_atom_cached(store, query.tenant, id, false, &mut scopes)? else { continue };
+        let atom = match prefetched.as_mut() {
+            Some(atoms) => atoms.remove(&id),
+            None => crate::store::codec::load_atom_cached(store, query.tenant, id, false, &mut scopes)?,
+        };
+        let Some(atom) = atom else { continue };
         let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
         let visibility = scope.sees(&atom.scope);
         if !allowed || visibility == Visibility::Hidden || (request.strict_scope && !scope.holds_exactly(&atom.scope)) {

@@ -114,6 +114,16 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
         graph: GraphNameRef<'_>,
     ) -> Result<Vec<Quad>>;
 
+    /// Every quad of each of `subjects` in `graph` (one request where the
+    /// backend pays per request).
+    fn describe_many(&self, subjects: &[NamedNode], graph: GraphNameRef<'_>) -> Result<Vec<Quad>> {
+        let mut quads = Vec::new();
+        for subject in subjects {
+            quads.extend(self.quads(Some(subject.as_ref()), None, None, graph)?);
+        }
+        Ok(quads)
+    }
+
     /// The named graphs of the store.
     fn graphs(&self) -> Result<Vec<NamedNode>>;
 

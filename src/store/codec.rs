@@ -155,12 +155,40 @@ pub(crate) fn load_atom_cached(
 ) -> Result<Option<Atom>> {
     let iri = super::atom_iri(id);
     let quads = store.describe(tenant, iri.as_ref())?;
+    atom_of_quads(store, tenant, id, &quads, with_entities, scopes)
+}
+
+/// Reads atoms whose quads were fetched together ([`Store::describe_many`]);
+/// `None` for an id without quads.
+pub(crate) fn load_atoms(store: &Store, tenant: &str, ids: &[AtomId], with_entities: bool) -> Result<HashMap<AtomId, Atom>> {
+    let iris: Vec<NamedNode> = ids.iter().map(|id| super::atom_iri(*id)).collect();
+    let mut described = store.describe_many(tenant, &iris)?;
+    let mut scopes = HashMap::new();
+    let mut atoms = HashMap::new();
+    for (id, iri) in ids.iter().zip(&iris) {
+        let quads = described.remove(iri).unwrap_or_default();
+        if let Some(atom) = atom_of_quads(store, tenant, *id, &quads, with_entities, &mut scopes)? {
+            atoms.insert(*id, atom);
+        }
+    }
+    Ok(atoms)
+}
+
+/// An atom from its quads (`None` when there are none).
+pub(crate) fn atom_of_quads(
+    store: &Store,
+    tenant: &str,
+    id: AtomId,
+    quads: &[oxigraph::model::Quad],
+    with_entities: bool,
+    scopes: &mut HashMap<NamedNode, Scope>,
+) -> Result<Option<Atom>> {
     if quads.is_empty() {
         return Ok(None);
     }
     let corrupt = |what: &str| StoreError::Corrupt(format!("atom {id} has no valid {what}"));
     let mut fields = Fields::default();
-    for quad in &quads {
+    for quad in quads {
         fields.absorb(quad.predicate.as_ref(), &quad.object);
     }
     let scope_node = fields.scope_node.take().ok_or_else(|| corrupt("scope"))?;

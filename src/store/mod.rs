@@ -300,6 +300,21 @@ impl Store {
         self.backend.quads(Some(subject), None, None, graph.as_ref().into())
     }
 
+    /// Every quad of each of `subjects` in `tenant`'s graph, grouped by
+    /// subject (one request on a remote store).
+    pub(crate) fn describe_many(&self, tenant: &str, subjects: &[NamedNode]) -> Result<HashMap<NamedNode, Vec<Quad>>> {
+        let graph = tenant_graph(tenant);
+        let mut grouped: HashMap<NamedNode, Vec<Quad>> = subjects.iter().map(|s| (s.clone(), Vec::new())).collect();
+        for quad in self.backend.describe_many(subjects, graph.as_ref().into())? {
+            if let oxigraph::model::NamedOrBlankNode::NamedNode(subject) = &quad.subject
+                && let Some(quads) = grouped.get_mut(subject)
+            {
+                quads.push(quad);
+            }
+        }
+        Ok(grouped)
+    }
+
     /// Every quad of `tenant`'s graph (export).
     pub fn tenant_quads(&self, tenant: &str) -> Result<Vec<Quad>> {
         let graph = tenant_graph(tenant);

@@ -322,6 +322,23 @@ impl Backend for Remote {
         Ok(quads)
     }
 
+    fn describe_many(&self, subjects: &[NamedNode], graph: GraphNameRef<'_>) -> Result<Vec<Quad>> {
+        let GraphNameRef::NamedNode(graph_node) = graph else {
+            return Err(StoreError::Corrupt("HMG keeps nothing in the default graph of a remote store".to_owned()));
+        };
+        let mut quads = Vec::new();
+        for chunk in subjects.chunks(200) {
+            let values: String = chunk.iter().map(|s| format!("{s} ")).collect();
+            let text = format!("SELECT ?s ?p ?o WHERE {{ GRAPH {graph_node} {{ VALUES ?s {{ {values}}} ?s ?p ?o }} }}");
+            for row in self.solutions(&text)? {
+                if let (Some(Term::NamedNode(s)), Some(Term::NamedNode(p)), Some(o)) = (row.get("s"), row.get("p"), row.get("o")) {
+                    quads.push(Quad::new(s.clone(), p.clone(), o.clone(), graph_node.into_owned()));
+                }
+            }
+        }
+        Ok(quads)
+    }
+
     fn graphs(&self) -> Result<Vec<NamedNode>> {
         let text = "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } FILTER(STRSTARTS(STR(?g), \"urn:hmg:\")) }";
         Ok(self
