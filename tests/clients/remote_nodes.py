@@ -96,23 +96,18 @@ def writer(node, index, shared, deadline):
                     acknowledged.append((data["atomId"], node, content))
                     counts["memorize"] += 1
                 own.append(data["atomId"])
-        elif op < 0.8:
-            target = own.pop(rng.randrange(len(own)))
-            data, refusal = outcome(node, REPLACE, {"t": target, "c": f"Node {node} writer {index} revised note {i}"}, "correct")
-            if data and data["effect"] == "applied":
-                with lock:
-                    replaced.append((target, data["newAtomId"]))
-                    acknowledged.append((data["newAtomId"], node, None))
-                    counts["replace"] += 1
-                own.append(data["newAtomId"])
         elif op < 0.9:
-            target = rng.choice(shared)
-            data, refusal = outcome(node, REPLACE, {"t": target, "c": f"Shared fact revised by node {node} writer {index} at {i}"}, "correct")
+            mine = op < 0.8
+            target = own.pop(rng.randrange(len(own))) if mine else rng.choice(shared)
+            text = f"Node {node} writer {index} revised note {i}" if mine else f"Shared fact revised by node {node} writer {index} at {i}"
+            data, refusal = outcome(node, REPLACE, {"t": target, "c": text}, "correct")
             if data and data["effect"] == "applied":
                 with lock:
                     replaced.append((target, data["newAtomId"]))
                     acknowledged.append((data["newAtomId"], node, None))
-                    counts["shared_replace"] += 1
+                    counts["replace" if mine else "shared_replace"] += 1
+                if mine:
+                    own.append(data["newAtomId"])
         else:
             target = own.pop(rng.randrange(len(own)))
             data, refusal = outcome(node, QUARANTINE, {"t": target}, "govern")
@@ -147,7 +142,7 @@ def main():
         t.join()
     elapsed = time.time() - started
     check(not errors, "no unexpected error", errors[:5])
-    check(counts["memorize"] >= 50, "enough writes went through", counts)
+    check(counts["memorize"] >= max(20, SECONDS), "enough writes went through", counts)
 
     # Every acknowledged write is in the store.
     rows = sparql(f"PREFIX hmg: <https://w3id.org/hmg/ns#> SELECT ?atom ?status WHERE {{ GRAPH <{GRAPH}> {{ ?atom hmg:status ?status }} }}")

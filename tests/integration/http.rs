@@ -21,6 +21,21 @@ fn token(store: &Path, tenant: &str, scopes: &[&str]) -> String {
     created["token"].as_str().unwrap().to_owned()
 }
 
+/// The tenant-isolation matrix (`tests/clients/http_surfaces.py`) against
+/// a running server, with tokens for alice (read+write), alice (read) and
+/// bob.
+pub(crate) fn isolation_matrix(url: &str, [alice, alice_read, bob]: [&str; 3], what: &str) {
+    let queries = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/audit");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/http_surfaces.py");
+    let out = Command::new(client_tool("HMG_TEST_PYTHON"))
+        .arg(script)
+        .args([url, alice, alice_read, bob])
+        .arg(&queries)
+        .output()
+        .expect("python runs");
+    assert_success(&out, what);
+}
+
 #[test]
 fn tenants_stay_isolated_on_every_http_surface() {
     let tmp = tempfile::tempdir().unwrap();
@@ -33,15 +48,7 @@ fn tenants_stay_isolated_on_every_http_surface() {
     assert!(!text.contains(&alice) && !text.contains(&bob), "secrets are never listed");
 
     let served = Served::start(&store);
-    let queries = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/audit");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/http_surfaces.py");
-    let out = Command::new(client_tool("HMG_TEST_PYTHON"))
-        .arg(script)
-        .args([&served.url, &alice, &alice_read, &bob])
-        .arg(&queries)
-        .output()
-        .expect("python runs");
-    assert_success(&out, "http surfaces");
+    isolation_matrix(&served.url, [&alice, &alice_read, &bob], "http surfaces");
 
     // A revoked token stops working at once (the server reloads the file).
     let id = serde_json::from_slice::<Value>(&crate::cli::hmg(&store, tmp.path(), &["token", "list", "--json"]).stdout).unwrap()[2]["id"]

@@ -366,15 +366,7 @@ fn tenants_stay_isolated_on_a_remote_store() {
     let alice_read = create("alice", &["memory:read"]);
     let bob = create("bob", &["memory:read,memory:write"]);
     let served = serve(&node, &virtuoso);
-    let queries = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/audit");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/http_surfaces.py");
-    let out = Command::new(client_tool("HMG_TEST_PYTHON"))
-        .arg(script)
-        .args([&served.url, &alice, &alice_read, &bob])
-        .arg(&queries)
-        .output()
-        .expect("python runs");
-    assert_success(&out, "http surfaces on the remote store");
+    crate::http::isolation_matrix(&served.url, [&alice, &alice_read, &bob], "http surfaces on the remote store");
 }
 
 #[test]
