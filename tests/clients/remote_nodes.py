@@ -56,6 +56,7 @@ acknowledged = []  # (atom id, node)
 replaced = []  # (old, new)
 errors = []  # unexpected failures
 refused = {"conflict": 0, "unavailable": 0}
+samples = []  # the first few refusals, for the report
 counts = {"memorize": 0, "replace": 0, "shared_replace": 0, "quarantine": 0}
 
 TEXTS = [
@@ -73,6 +74,9 @@ def outcome(node, query, variables, field):
     text = json.dumps(answer, ensure_ascii=False)
     codes = {e.get("extensions", {}).get("code") for e in answer.get("errors", [])}
     if status == 503 or "UNAVAILABLE" in codes or "lost the race" in text:
+        with lock:
+            if len(samples) < 3:
+                samples.append(text[:300])
         return None, "unavailable"
     if "CONFLICT" in codes or "changed while" in text or "superseded" in text or "not active" in text or "status" in text:
         return None, "conflict"
@@ -198,6 +202,7 @@ def main():
         "acknowledged": len(acknowledged),
         "writes_per_second": round(len(acknowledged) / elapsed, 1),
         "refused": refused,
+        "refusal_samples": samples,
         "chains_with_revisions": len({find(e["old"]["value"]) for e in edges}),
         "cross_node_recall_p50_ms": round(lags[len(lags) // 2] * 1000, 1),
         "cross_node_recall_max_ms": round(lags[-1] * 1000, 1),
