@@ -102,12 +102,7 @@ impl Client {
             let status = response.status().as_u16();
             let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let challenge = header("www-authenticate");
-            let body = response
-                .body_mut()
-                .with_config()
-                .limit(MAX_ANSWER_BYTES)
-                .read_to_vec()
-                .map_err(|e| unreachable(format!("broke off its answer: {e}")))?;
+            let body = read_body(&mut response).map_err(|e| unreachable(format!("broke off its answer: {e}")))?;
             if status == 401 {
                 if let Some(challenge) = challenge
                     && self.learn(&challenge)
@@ -134,12 +129,7 @@ impl Client {
         let mut response =
             request.send(body).map_err(|e| unreachable(format!("(the writer node) is unreachable or did not answer in time: {e}")))?;
         let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_ANSWER_BYTES)
-            .read_to_vec()
-            .map_err(|e| unreachable(format!("(the writer node) broke off its answer: {e}")))?;
+        let body = read_body(&mut response).map_err(|e| unreachable(format!("(the writer node) broke off its answer: {e}")))?;
         Ok(Answer { status, body })
     }
 
@@ -193,6 +183,11 @@ impl Client {
             }
         }
     }
+}
+
+/// An answer's body, up to [`MAX_ANSWER_BYTES`].
+fn read_body(response: &mut ureq::http::Response<ureq::Body>) -> std::result::Result<Vec<u8>, ureq::Error> {
+    response.body_mut().with_config().limit(MAX_ANSWER_BYTES).read_to_vec()
 }
 
 /// The path and query of a URL (what Digest signs).
