@@ -30,7 +30,9 @@ def check(condition, step, detail=None):
 @asynccontextmanager
 async def stdio_session(hmg, store, cwd):
     env = {"HOME": os.environ.get("HOME", "/root"), "PATH": os.environ.get("PATH", ""), "HMG_LOG": "warn"}
-    for name in ("HMG_EMBEDDER", "HMG_MODEL_DIR", "ORT_DYLIB_PATH", "XDG_DATA_HOME", "USER"):
+    # The remote store and writer node, when a test runs this node over one.
+    shared = ("HMG_STORE_URL", "HMG_STORE_USER", "HMG_STORE_PASSWORD", "HMG_STORE_WRITER", "HMG_NODE_SECRET")
+    for name in ("HMG_EMBEDDER", "HMG_MODEL_DIR", "ORT_DYLIB_PATH", "XDG_DATA_HOME", "USER") + shared:
         if name in os.environ:
             env[name] = os.environ[name]
     params = StdioServerParameters(command=hmg, args=["--store", store, "mcp"], cwd=cwd, env=env)

@@ -14,7 +14,7 @@ use crate::cli::fake_repo;
 
 const USER: &str = "mcp-tester";
 
-fn hmg_bin() -> &'static str {
+pub(crate) fn hmg_bin() -> &'static str {
     env!("CARGO_BIN_EXE_hmg")
 }
 
@@ -26,7 +26,7 @@ pub(crate) fn client_tool(var: &str) -> PathBuf {
     path
 }
 
-fn session_script() -> PathBuf {
+pub(crate) fn session_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_session.py")
 }
 

@@ -265,6 +265,46 @@ fn two_nodes_write_one_tenant_at_once() {
     assert_eq!(verify.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
 }
 
+/// `hmg mcp` as a node: the whole agent session of the MCP test, driven by
+/// the MCP Python SDK over stdio, on a node whose store is Virtuoso and
+/// whose commits go through a serving writer node; then a third node, a
+/// fresh CLI process, recalls what the session wrote and the audit chain
+/// verifies.
+#[test]
+fn an_mcp_node_runs_a_whole_agent_session_over_the_shared_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let virtuoso = Virtuoso::start();
+    let writer = serve_with(&tmp.path().join("writer"), &virtuoso, &[("HMG_NODE_SECRET", NODE_SECRET)]);
+    let repo = crate::cli::fake_repo(tmp.path(), "acme", "api", "main");
+    let user = "mcp-node-tester";
+    let out = Command::new(client_tool("HMG_TEST_PYTHON"))
+        .arg(crate::mcp::session_script())
+        .args(["session", "stdio", crate::mcp::hmg_bin()])
+        .arg(tmp.path().join("mcp-node"))
+        .arg(repo.join("src/deep"))
+        .env("USER", user)
+        .envs(virtuoso.env())
+        .env("HMG_NODE_SECRET", NODE_SECRET)
+        .env("HMG_STORE_WRITER", &writer.url)
+        .output()
+        .expect("python runs");
+    assert_success(&out, "MCP session on a node over Virtuoso");
+    let reader = tmp.path().join("reader");
+    let recalled = Command::new(env!("CARGO_BIN_EXE_hmg"))
+        .arg("--store")
+        .arg(&reader)
+        .args(["recall", "API rate limit", "--json", "--tenant", user])
+        .current_dir(&repo)
+        .envs(virtuoso.env())
+        .output()
+        .unwrap();
+    let hits: Value = serde_json::from_slice(&recalled.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&recalled.stderr)));
+    assert!(hits["atoms"][0]["content"].as_str().is_some_and(|c| c.contains("500 requests")), "the other node sees the session: {hits}");
+    assert!(writer.stop().success());
+    let verify = hmg(&reader, Some(&virtuoso), &["audit", "verify", "--json"]);
+    assert_eq!(verify.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
+}
+
 /// A GraphQL memorize through curl: (HTTP status, answer).
 fn graphql_memorize(url: &str, bearer: &str, i: usize) -> (u16, Value) {
     let body = serde_json::json!({ "query": format!("mutation {{ memorize(content: \"Killed-node note {i}: the cache TTL is {i} seconds\", source: \"user\") {{ effect atomId }} }}") });
