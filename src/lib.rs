@@ -20,6 +20,7 @@
 // Foundation: plain data and text, no I/O.
 pub mod atom;
 pub mod extract;
+pub(crate) mod fact;
 pub mod fault;
 pub(crate) mod limits;
 pub mod scope;

@@ -1,20 +1,25 @@
 //! Merging extracted facts into memory (the mem0-style `add`, SPEC §7): each
-//! fact is compared with the most similar active memories of the scope and
+//! fact is read ([`crate::fact::Clause`]: its slot and cues) and compared
+//! with the active memories of exactly its scope, read the same way, and
 //! becomes ADD (a new atom), UPDATE (a replace: the old atom stays in the
 //! evolution chain), DELETE (a negate: the atom stays, marked false) or NONE
-//! (already known).
+//! (already known). Decisions come from slots and cues, not word overlap:
+//! a new value in the same slot is an UPDATE, a cessation ("not anymore")
+//! a DELETE of the memory it names, the same value a NONE, a different
+//! purpose or a many-valued slot (allergies) an ADD. Every decision says
+//! why (`why`, logged, and the reason of the correction in `history`).
 //!
 //! **Invariant:** a merge decision never destroys anything; it only goes
 //! through memorize, correct/replace and correct/negate, so every effect is
-//! audited like the MCP tools'.
+//! audited like the MCP tools'. A dry run decides and writes nothing.
 
 use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Caller, CorrectAction, CorrectRequest, Effect, MemorizeRequest, Memory, Result};
-use crate::atom::Polarity;
-use crate::recall::RecallRequest;
+use super::{AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, MemorizeRequest, Memory, Result};
+use crate::atom::Status;
+use crate::fact::{Clause, Lang, Subject, third_person};
 use crate::text::analyze::{Mode, terms};
 
 /// What a fact did.
@@ -35,7 +40,8 @@ pub enum MergeEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MergeResult {
     /// The atom now holding the fact (ADD, UPDATE: the new one; DELETE,
-    /// NONE: the existing one; absent when the fact was rejected).
+    /// NONE: the existing one; absent when the fact was rejected, and in a
+    /// dry run for what would be new).
     pub id: Option<String>,
     /// The fact's text (DELETE: the memory marked false).
     pub memory: String,
@@ -47,15 +53,54 @@ pub struct MergeResult {
     /// Why nothing was stored (admission), if so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why the merge decided this: the slot the fact fills, the cue it
+    /// carries and the memory it matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
-/// Words that only mark a statement as negative or ended; left out when
-/// comparing what two statements are about.
-const NEGATION_TERMS: &[&str] =
-    &["no", "not", "longer", "never", "doe", "does", "do", "don't", "不", "不再", "没", "没有", "ない", "ません"];
+/// A decision before it is applied.
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    event: MergeEvent,
+    /// The memory touched (UPDATE, DELETE, NONE).
+    target: Option<(String, String)>,
+    /// The text stored (ADD, UPDATE).
+    text: String,
+    why: String,
+}
 
-fn subject_terms(text: &str) -> HashSet<String> {
-    terms(text, Mode::Query).into_iter().filter(|t| !NEGATION_TERMS.contains(&t.as_str())).collect()
+/// An active memory of the scope, read as a clause.
+struct Known {
+    atom: AtomView,
+    clause: Clause,
+}
+
+/// Words that say nothing about what a statement is about.
+const FUNCTION_WORDS: &[&str] = &[
+    "i", "me", "my", "we", "our", "us", "is", "am", "are", "was", "be", "been", "have", "has", "had", "do", "does", "did", "doe",
+    "not", "no", "don't", "doesn't", "a", "an", "the", "to", "of", "in", "on", "at", "and", "or", "it", "that", "this", "any",
+    "anymor", "anymore", "longer", "never", "very", "realli", "really", "haven't", "now", "still", "just", "them", "it",
+];
+
+/// Chinese characters that only carry grammar (a bigram holding one says
+/// nothing about the subject).
+const ZH_FUNCTION: &str = "我你他她它们的了不没已经再也还在是有很都就吗呢吧啊个这那和跟对";
+
+/// What a statement is about, as terms: words without function words and
+/// cue words; CJK bigrams without grammar characters or kana.
+fn topic_terms(text: &str) -> HashSet<String> {
+    terms(text, Mode::Query)
+        .into_iter()
+        .filter(|t| !FUNCTION_WORDS.contains(&t.as_str()))
+        .filter(|t| {
+            let cjk = t.chars().any(|c| matches!(c as u32, 0x3040..=0x30FF | 0x4E00..=0x9FFF));
+            if !cjk {
+                return true;
+            }
+            !t.chars().any(|c| ZH_FUNCTION.contains(c) || matches!(c as u32, 0x3040..=0x309F))
+        })
+        .collect()
 }
 
 /// Term overlap of two statements (intersection over union).
@@ -64,96 +109,264 @@ pub(super) fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
     if union == 0 { 0.0 } else { a.intersection(b).count() as f32 / union as f32 }
 }
 
-/// The statement's predicate: its first term ("prefer", "喜欢", …).
-fn predicate(text: &str) -> Option<String> {
-    terms(text, Mode::Query).into_iter().next()
+/// The known memory a statement is most about: most shared topic terms
+/// (at least one, and a third of the smaller statement's), newest first.
+fn most_about<'k>(text: &str, known: &'k [Known]) -> Option<&'k Known> {
+    let mine = topic_terms(text);
+    let mut best: Option<(&Known, usize)> = None;
+    for k in known {
+        let theirs = topic_terms(&k.atom.content);
+        let shared = mine.intersection(&theirs).count();
+        let smaller = mine.len().min(theirs.len()).max(1);
+        if shared >= 1 && shared * 3 >= smaller && best.is_none_or(|(_, b)| shared > b) {
+            best = Some((k, shared));
+        }
+    }
+    best.map(|(k, _)| k)
+}
+
+/// `haystack` with the first case-insensitive `needle` replaced.
+fn replace_once(haystack: &str, needle: &str, with: &str) -> Option<String> {
+    let at = haystack.to_lowercase().find(&needle.to_lowercase())?;
+    haystack.get(at..at + needle.len())?;
+    Some(format!("{}{with}{}", &haystack[..at], &haystack[at + needle.len()..]))
+}
+
+/// The fact as stored: the speaker's words in the third person, a pronoun
+/// replaced by the party it stands for.
+fn stored_text(clause: &Clause, party: Option<&str>) -> String {
+    let text = third_person(&clause.body);
+    let Some(party) = party else { return text };
+    let Some(Subject::Pronoun(pronoun)) = clause.slot.as_ref().map(|s| &s.subject) else { return text };
+    let lower = text.to_lowercase();
+    if !lower.starts_with(pronoun.as_str()) {
+        return text;
+    }
+    let rest = &text[pronoun.len()..];
+    match clause.lang {
+        Lang::En => {
+            let mut chars = party.chars();
+            let party: String = chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default();
+            format!("{party}{rest}")
+        }
+        _ => format!("{party}{rest}"),
+    }
+}
+
+fn the_party(known: &Known) -> Option<String> {
+    match known.clause.slot.as_ref().map(|s| &s.subject) {
+        Some(Subject::Other(who)) => Some(who.clone()),
+        _ => None,
+    }
+}
+
+/// Decides what one fact does, against the scope's active memories
+/// (newest first).
+fn plan(fact: &str, known: &[Known]) -> Plan {
+    let clause = Clause::read(fact);
+    let text = stored_text(&clause, None);
+    let add = |why: String| Plan { event: MergeEvent::Add, target: None, text: text.clone(), why };
+    let none = |k: &Known, why: String| Plan {
+        event: MergeEvent::None,
+        target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
+        text: k.atom.content.clone(),
+        why,
+    };
+    let update = |k: &Known, new_text: String, why: String| Plan {
+        event: MergeEvent::Update,
+        target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
+        text: new_text,
+        why,
+    };
+    let comparable = crate::fact::slot::comparable;
+    // 1. Said before in the same words.
+    if let Some(k) = known.iter().find(|k| comparable(&k.atom.content) == comparable(&text) || comparable(&k.clause.body) == comparable(&clause.body)) {
+        return none(k, format!("the same as memory {}", k.atom.atom_id));
+    }
+    // 2. Stopped being true: the memory it names is marked false.
+    if clause.cues.cessation {
+        return match most_about(&clause.body, known) {
+            Some(k) => Plan {
+                event: MergeEvent::Delete,
+                target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
+                text: k.atom.content.clone(),
+                why: format!("cessation cue: \"{}\" ends memory {} (\"{}\")", clause.body, k.atom.atom_id, k.atom.content),
+            },
+            None => add("a negative statement with no memory to contradict".to_owned()),
+        };
+    }
+    // 3. "GitLab, not GitHub": the memory naming the wrong value, corrected.
+    if let Some((wrong, right)) = &clause.substitution
+        && let Some(k) = known.iter().find(|k| replace_once(&k.atom.content, wrong, right).is_some())
+        && let Some(corrected) = replace_once(&k.atom.content, wrong, right)
+    {
+        return update(k, corrected, format!("correction: \"{right}\" instead of \"{wrong}\" in memory {}", k.atom.atom_id));
+    }
+    // 4. "from Vim to Helix": the memory naming the old value.
+    if let Some(switch) = &clause.switch
+        && let Some(from) = &switch.from
+        && let Some(k) = known.iter().find(|k| crate::fact::slot::same_value(&k.atom.content, from) || k.atom.content.to_lowercase().contains(&from.to_lowercase()))
+    {
+        return update(k, text.clone(), format!("switch from \"{from}\" to \"{}\" replaces memory {}", switch.to, k.atom.atom_id));
+    }
+    // 5. The same slot: the same value is known, a new one replaces it (or
+    //    joins it, for a many-valued slot).
+    if let Some(slot) = &clause.slot {
+        let same = known.iter().find(|k| k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot)));
+        if let Some(k) = same
+            && let Some(theirs) = &k.clause.slot
+        {
+            if crate::fact::slot::same_value(&theirs.value, &slot.value) {
+                return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
+            }
+            if slot.many && !clause.cues.correction {
+                if let Some(k) = known.iter().find(|k| k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))) {
+                    return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
+                }
+                return add(format!("slot {} holds many values; this one is new", slot.describe()));
+            }
+            let party = the_party(k);
+            return update(
+                k,
+                stored_text(&clause, party.as_deref()),
+                format!("slot {} had \"{}\" (memory {})", slot.describe(), theirs.value_text, k.atom.atom_id),
+            );
+        }
+    }
+    // 6. "switched to Pixel 8": the memory about the same kind of thing.
+    if let Some(switch) = &clause.switch
+        && let Some(kind) = crate::fact::slot::category(&switch.to)
+        && let Some(k) = known.iter().find(|k| {
+            let about_kind = k.clause.slot.as_ref().is_some_and(|s| s.qualifier.as_deref() == Some(kind))
+                || crate::fact::slot::category(&k.atom.content) == Some(kind);
+            about_kind && !k.atom.content.to_lowercase().contains(&switch.to.to_lowercase())
+        })
+    {
+        return update(k, text.clone(), format!("switch to \"{}\" ({kind}) replaces memory {}", switch.to, k.atom.atom_id));
+    }
+    if let Some(slot) = &clause.slot {
+        return add(format!("slot {} is new", slot.describe()));
+    }
+    // 7. Cues without a slot.
+    if clause.cues.additive {
+        return add("an addition (\"too\", 也, も) to what is known".to_owned());
+    }
+    if clause.cues.restatement
+        && let Some(k) = most_about(&clause.body, known)
+    {
+        return none(k, format!("a restatement of memory {}", k.atom.atom_id));
+    }
+    if clause.cues.correction
+        && let Some(k) = most_about(&clause.body, known).or_else(|| known.first())
+    {
+        return update(k, text.clone(), format!("correction cue: replaces memory {} (\"{}\")", k.atom.atom_id, k.atom.content));
+    }
+    // 8. A paraphrase in nearly the same words.
+    let mine = topic_terms(&clause.body);
+    if let Some(k) = known.iter().find(|k| jaccard(&mine, &topic_terms(&k.atom.content)) >= 0.8) {
+        return none(k, format!("nearly the same words as memory {}", k.atom.atom_id));
+    }
+    add("no memory of the scope is about this".to_owned())
 }
 
 impl Memory {
     /// Merges `facts` (from an [`crate::extract::Extractor`]) into the
     /// caller's scope, attributed to `source`.
-    #[tracing::instrument(skip(self, facts), fields(tenant = %caller.scope.tenant_id, facts = facts.len()))]
     pub fn merge_facts(&self, caller: &Caller, facts: &[String], source: &str) -> Result<Vec<MergeResult>> {
+        self.merge_facts_with(caller, facts, source, false)
+    }
+
+    /// [`Memory::merge_facts`], or with `dry_run` only the decisions (each
+    /// fact against the memories as they are; nothing is written).
+    #[tracing::instrument(skip(self, facts), fields(tenant = %caller.scope.tenant_id, facts = facts.len()))]
+    pub fn merge_facts_with(&self, caller: &Caller, facts: &[String], source: &str, dry_run: bool) -> Result<Vec<MergeResult>> {
         let mut results = Vec::with_capacity(facts.len());
+        let mut known = self.known(caller)?;
         for fact in facts {
-            results.push(self.merge_fact(caller, fact, source)?);
+            let plan = plan(fact, &known);
+            tracing::info!(fact = %fact, event = ?plan.event, why = %plan.why, dry_run, "merge decision");
+            if dry_run {
+                results.push(MergeResult {
+                    id: plan.target.as_ref().map(|(id, _)| id.clone()),
+                    memory: plan.text,
+                    event: plan.event,
+                    previous_memory: (plan.event == MergeEvent::Update).then(|| plan.target.map(|(_, c)| c)).flatten(),
+                    reason: None,
+                    why: Some(plan.why),
+                });
+                continue;
+            }
+            let result = self.apply_plan(caller, plan, source)?;
+            if result.event != MergeEvent::None {
+                known = self.known(caller)?;
+            }
+            results.push(result);
         }
         Ok(results)
     }
 
-    fn merge_fact(&self, caller: &Caller, fact: &str, source: &str) -> Result<MergeResult> {
-        let fact_terms = subject_terms(fact);
-        let negative = crate::text::infer_polarity(fact) == Polarity::Negative;
-        let fact_predicate = predicate(fact);
-        let similar =
-            self.recall(caller, RecallRequest { max_results: 5, strict_scope: true, record: false, ..RecallRequest::new(fact) })?;
-        for hit in &similar.atoms {
-            let hit_terms = subject_terms(&hit.content);
-            let overlap = jaccard(&fact_terms, &hit_terms);
-            if crate::text::normalize(&hit.content) == crate::text::normalize(fact) || overlap >= 0.9 && !negative {
-                return Ok(MergeResult {
-                    id: Some(hit.atom_id.clone()),
-                    memory: hit.content.clone(),
-                    event: MergeEvent::None,
-                    previous_memory: None,
-                    reason: None,
-                });
+    /// The active memories of exactly the caller's scope, newest first.
+    fn known(&self, caller: &Caller) -> Result<Vec<Known>> {
+        let filter = AtomFilter {
+            workspace: caller.scope.workspace.clone(),
+            repository: caller.scope.repository.clone(),
+            branch: caller.scope.branch.clone(),
+            status: Some(Status::Active),
+            exact_scope: true,
+            ..AtomFilter::default()
+        };
+        let page = self.list_atoms(caller, &filter, None, super::read::MAX_PAGE)?;
+        Ok(page.atoms.into_iter().map(|atom| Known { clause: Clause::read_memory(&atom.content), atom }).collect())
+    }
+
+    fn apply_plan(&self, caller: &Caller, plan: Plan, source: &str) -> Result<MergeResult> {
+        let Plan { event, target, text, why } = plan;
+        match (event, target) {
+            (MergeEvent::None, Some((id, content))) => {
+                Ok(MergeResult { id: Some(id), memory: content, event, previous_memory: None, reason: None, why: Some(why) })
             }
-            let hit_negative = crate::text::infer_polarity(&hit.content) == Polarity::Negative;
-            if negative && !hit_negative && overlap >= 0.5 {
-                let request = CorrectRequest {
-                    target_atom: hit.atom_id.clone(),
-                    action: CorrectAction::Negate,
-                    reason: format!("contradicted by: {fact}"),
-                    new_content: None,
-                };
+            (MergeEvent::Delete, Some((id, content))) => {
+                let request = CorrectRequest { target_atom: id.clone(), action: CorrectAction::Negate, reason: format!("merge: {why}"), new_content: None };
                 let outcome = self.correct(caller, request)?;
-                if outcome.effect == Effect::Applied {
-                    return Ok(MergeResult {
-                        id: Some(hit.atom_id.clone()),
-                        memory: hit.content.clone(),
-                        event: MergeEvent::Delete,
-                        previous_memory: None,
-                        reason: None,
-                    });
-                }
+                let event = if outcome.effect == Effect::Applied { MergeEvent::Delete } else { MergeEvent::None };
+                Ok(MergeResult { id: Some(id), memory: content, event, previous_memory: None, reason: outcome.reason, why: Some(why) })
             }
-            let same_predicate = fact_predicate.is_some() && predicate(&hit.content) == fact_predicate;
-            // Cosines are no help here (the multilingual model puts most
-            // pairs near 0.8): the same predicate about overlapping terms is.
-            if same_predicate && negative == hit_negative && overlap >= 0.3 {
-                let request = CorrectRequest {
-                    target_atom: hit.atom_id.clone(),
-                    action: CorrectAction::Replace,
-                    reason: format!("updated by: {fact}"),
-                    new_content: Some(fact.to_owned()),
-                };
+            (MergeEvent::Update, Some((id, content))) => {
+                let request =
+                    CorrectRequest { target_atom: id, action: CorrectAction::Replace, reason: format!("merge: {why}"), new_content: Some(text.clone()) };
                 let outcome = self.correct(caller, request)?;
-                if let (Effect::Applied, Some(new_id)) = (outcome.effect, outcome.new_atom_id) {
-                    return Ok(MergeResult {
+                match (outcome.effect, outcome.new_atom_id) {
+                    (Effect::Applied, Some(new_id)) => Ok(MergeResult {
                         id: Some(new_id),
-                        memory: fact.to_owned(),
+                        memory: text,
                         event: MergeEvent::Update,
-                        previous_memory: Some(hit.content.clone()),
+                        previous_memory: Some(content),
                         reason: None,
-                    });
+                        why: Some(why),
+                    }),
+                    _ => self.add_fact(caller, text, source, format!("{why}; the replace was refused ({}), so added", outcome.reason.unwrap_or_default())),
                 }
             }
+            _ => self.add_fact(caller, text, source, why),
         }
-        let outcome = self.memorize(caller, MemorizeRequest::new(fact).with_source(source))?;
+    }
+
+    fn add_fact(&self, caller: &Caller, text: String, source: &str, why: String) -> Result<MergeResult> {
+        let outcome = self.memorize(caller, MemorizeRequest::new(text.clone()).with_source(source))?;
         Ok(match outcome.effect {
             Effect::Applied => {
-                MergeResult { id: outcome.atom_id, memory: fact.to_owned(), event: MergeEvent::Add, previous_memory: None, reason: None }
+                MergeResult { id: outcome.atom_id, memory: text, event: MergeEvent::Add, previous_memory: None, reason: None, why: Some(why) }
             }
             Effect::NoOp => MergeResult {
                 id: outcome.deduped_with,
-                memory: fact.to_owned(),
+                memory: text,
                 event: MergeEvent::None,
                 previous_memory: None,
                 reason: None,
+                why: Some("already stored (memorize found the duplicate)".to_owned()),
             },
             Effect::Rejected => {
-                MergeResult { id: None, memory: fact.to_owned(), event: MergeEvent::None, previous_memory: None, reason: outcome.reason }
+                MergeResult { id: None, memory: text, event: MergeEvent::None, previous_memory: None, reason: outcome.reason, why: Some(why) }
             }
         })
     }

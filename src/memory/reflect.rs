@@ -707,7 +707,7 @@ impl Memory {
             // The most recent wording, as a statement about the user.
             let latest = cluster.iter().map(|j| episodes[*j]).max_by_key(|a| (a.created_at, a.id)).unwrap_or(episodes[i]);
             let sentence = latest.content.as_deref().unwrap_or("").trim();
-            let content = crate::extract::third_person(sentence.split_once(": ").map_or(sentence, |(_, s)| s));
+            let content = crate::fact::third_person(sentence.split_once(": ").map_or(sentence, |(_, s)| s));
             if self.find_duplicate(&latest.scope, &content)?.is_some() {
                 continue;
             }

@@ -141,6 +141,10 @@ pub(crate) struct AddRequest {
     /// message's text as it is.
     #[serde(default)]
     pub infer: Option<bool>,
+    /// Decide and explain without writing: each result says what would
+    /// happen and why (the slot, the cue, the memory matched).
+    #[serde(default)]
+    pub dry_run: Option<bool>,
 }
 
 /// `POST /add` answer.
@@ -539,13 +543,20 @@ async fn add(
                     Effect::Applied => (outcome.atom_id, MergeEvent::Add),
                     _ => (outcome.deduped_with, MergeEvent::None),
                 };
-                results.push(MergeResult { id, memory: message.content.clone(), event, previous_memory: None, reason: outcome.reason });
+                results.push(MergeResult {
+                    id,
+                    memory: message.content.clone(),
+                    event,
+                    previous_memory: None,
+                    reason: outcome.reason,
+                    why: None,
+                });
             }
             return Ok(axum::Json(AddResponse { results, warnings: Vec::new() }));
         }
         let extraction = crate::extract::extract_with_fallback(extractor.as_deref(), &request.messages)
             .map_err(|e| ApiError::bad(Some("messages"), e.to_string()))?;
-        let results = memory.merge_facts(&caller, &extraction.facts, source)?;
+        let results = memory.merge_facts_with(&caller, &extraction.facts, source, request.dry_run == Some(true))?;
         tracing::info!(facts = extraction.facts.len(), "added");
         Ok(axum::Json(AddResponse { results, warnings: extraction.warning.into_iter().collect() }))
     })

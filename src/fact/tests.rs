@@ -1,0 +1,142 @@
+use super::*;
+
+fn facts(text: &str) -> Vec<String> {
+    user_facts(text)
+}
+
+#[test]
+fn greetings_thanks_questions_and_chatter_say_nothing_in_three_languages() {
+    for text in [
+        "hi! how's it going?",
+        "lol fair enough. thanks!",
+        "Thanks so much, that's really helpful!",
+        "Thanks for the help earlier!",
+        "Can you explain the difference between a mutex and a semaphore?",
+        "早上好呀！",
+        "你觉得明天会下雨吗？",
+        "哈哈，好的，谢谢！",
+        "谢谢你的建议！",
+        "こんにちは！",
+        "なるほど、ありがとうございます！",
+        "Pythonのリスト内包表記ってどう書くんですか？",
+    ] {
+        assert_eq!(facts(text), Vec::<String>::new(), "{text}");
+    }
+}
+
+#[test]
+fn several_facts_in_one_message_are_split() {
+    assert_eq!(
+        facts("Hey there! I'm Marco, I'm a landscape architect, and I live in Turin."),
+        ["I'm Marco", "I'm a landscape architect", "I live in Turin"]
+    );
+    assert_eq!(facts("Hi! My name is Priya, nice to meet you."), ["My name is Priya"]);
+    assert_eq!(facts("你好！我叫李静，是个前端工程师，现在住在杭州。"), ["我叫李静", "是个前端工程师", "现在住在杭州"]);
+    assert_eq!(facts("はじめまして、佐藤です。看護師をしていて、福岡に住んでいます。"), ["佐藤です", "看護師をしていて", "福岡に住んでいます"]);
+    assert_eq!(facts("我每周去三次健身房，另外我还在学吉他。"), ["我每周去三次健身房", "我还在学吉他"]);
+    assert_eq!(facts("Honestly I don't play piano anymore, haven't touched it in years."), ["I don't play piano anymore, haven't touched it in years"]);
+}
+
+#[test]
+fn corrections_keep_only_the_corrected_value() {
+    assert_eq!(facts("My sister lives in Leeds — sorry, I meant Bath."), ["My sister lives in Bath"]);
+    assert_eq!(facts("Sorry, I meant GitLab, not GitHub."), ["I meant GitLab, not GitHub"]);
+    assert_eq!(facts("其实她已经六岁了，我刚才说错了。"), ["其实她已经六岁了"]);
+    assert_eq!(facts("実は、誕生日は3月15日でした。すみません。"), ["実は、誕生日は3月15日でした"]);
+}
+
+#[test]
+fn third_person_rewrites_keep_grammar() {
+    for (said, fact) in [
+        ("I live in Portland", "Lives in Portland"),
+        ("I switched from Vim to Helix last month", "Switched from Vim to Helix last month"),
+        ("I'm Marco", "Name is Marco"),
+        ("I'm vegetarian", "Is vegetarian"),
+        ("I've got two cats at home", "Has got two cats at home"),
+        ("I don't eat pork", "Does not eat pork"),
+        ("I usually work late at night", "Usually works late at night"),
+        ("I got a new job as a junior web developer", "Got a new job as a junior web developer"),
+        ("I study Rust on weekends", "Studies Rust on weekends"),
+        ("My name is Priya", "Name is Priya"),
+        ("我叫李静", "叫李静"),
+        ("私は佐藤です", "佐藤"),
+    ] {
+        assert_eq!(third_person(said), fact, "{said}");
+    }
+}
+
+fn slot(text: &str) -> Option<Slot> {
+    Clause::read(text).slot
+}
+
+#[test]
+fn slots_in_three_languages() {
+    let cases: &[(&str, &str, Option<&str>, &str)] = &[
+        ("I live in Portland", "home", None, "portland"),
+        ("we just moved to Denver", "home", None, "denver"),
+        ("Yep, Seattle is home", "home", None, "seattle"),
+        ("I work as a barista at a small cafe downtown", "job", None, "barista at a small cafe downtown"),
+        ("I got a new job as a junior web developer", "job", None, "junior web developer"),
+        ("I'm vegetarian", "diet", None, "vegetarian"),
+        ("Like I mentioned, I don't eat meat", "diet", None, "vegetarian"),
+        ("I do most of my editing in Vim", "use", Some("editor"), "vim"),
+        ("I prefer concise Python examples", "use", Some("example"), "concise python examples"),
+        ("For CLIs I prefer Go, though", "use", Some("cli"), "go"),
+        ("I'm allergic to peanuts too", "allergy", None, "peanuts"),
+        ("My daughter is 7", "age", None, "7"),
+        ("Actually, she turned 8 last week", "age", None, "8"),
+        ("I've got two cats at home", "pet", Some("cat"), "i have got two cats"),
+        ("我现在用的手机是iPhone 12", "use", Some("phone"), "iphone 12"),
+        ("我最喜欢的运动是羽毛球", "favourite", Some("sport"), "羽毛球"),
+        ("我在深圳工作", "workcity", None, "深圳"),
+        ("我是在深圳上班的", "workcity", None, "深圳"),
+        ("我女儿今年五岁", "age", None, "5"),
+        ("其实她已经六岁了", "age", None, "6"),
+        ("我对花粉过敏", "allergy", None, "花粉"),
+        ("横浜に住んでいます", "home", None, "横浜"),
+        ("住まいは横浜です", "home", None, "横浜"),
+        ("エディタはVimを使っています", "use", Some("editor"), "vim"),
+        ("一番好きな食べ物はラーメンです", "favourite", Some("food"), "ラーメン"),
+        ("誕生日は3月5日です", "birthday", None, "3月5日"),
+        ("看護師をしていて", "job", None, "看護師"),
+        ("猫アレルギーがあります", "allergy", None, "猫"),
+    ];
+    for (text, attribute, qualifier, value) in cases {
+        let slot = slot(text).unwrap_or_else(|| panic!("no slot in {text}"));
+        assert_eq!((slot.attribute.as_str(), slot.qualifier.as_deref(), slot.value.as_str()), (*attribute, *qualifier, *value), "{text}");
+    }
+    for text in ["I play the piano", "I'm learning the cello", "我在准备考研", "週に二回ジムに通っています"] {
+        assert_eq!(slot(text), None, "{text}");
+    }
+}
+
+#[test]
+fn cues_in_three_languages() {
+    assert!(Clause::read("I don't drink coffee anymore").cues.cessation);
+    assert!(Clause::read("我已经不再喝奶茶了").cues.cessation);
+    assert!(Clause::read("健身房我已经不去了").cues.cessation);
+    assert!(Clause::read("もうコーヒーは飲んでいません").cues.cessation);
+    assert!(Clause::read("ジムはもう退会しました").cues.cessation);
+    assert!(!Clause::read("I don't eat pork").cues.cessation);
+    assert!(!Clause::read("我不吃猪肉").cues.cessation);
+    let switch = Clause::read("I've switched from Vim to Helix").switch.unwrap();
+    assert_eq!((switch.from.as_deref(), switch.to.as_str()), (Some("Vim"), "Helix"));
+    assert_eq!(Clause::read("我上周换成Pixel 8了").switch.unwrap().to, "Pixel 8");
+    assert!(Clause::read("最近VS Codeに乗り換えました").switch.unwrap().to.contains("VS Code"));
+    let meant = Clause::read("I meant GitLab, not GitHub");
+    assert!(meant.cues.correction);
+    assert_eq!(meant.substitution, Some(("GitHub".to_owned(), "GitLab".to_owned())));
+    assert!(Clause::read("Oh, and I'm allergic to peanuts too").cues.additive);
+    assert!(Clause::read("另外，我对青霉素也过敏").cues.additive);
+    assert!(Clause::read("Like I mentioned, I don't eat meat").cues.restatement);
+}
+
+#[test]
+fn stored_canonical_memories_are_read_back() {
+    let read = |t: &str| Clause::read_memory(t).slot.map(|s| (s.attribute, s.value));
+    assert_eq!(read("Lives in Portland"), Some(("home".to_owned(), "portland".to_owned())));
+    assert_eq!(read("Works as a barista at a small cafe downtown").map(|s| s.0), Some("job".to_owned()));
+    assert_eq!(read("Daughter is 7"), Some(("age".to_owned(), "7".to_owned())));
+    assert_eq!(read("Has got two cats at home").map(|s| s.0), Some("pet".to_owned()));
+    assert_eq!(read("Is vegetarian"), Some(("diet".to_owned(), "vegetarian".to_owned())));
+}
