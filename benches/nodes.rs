@@ -48,10 +48,7 @@ impl Virtuoso {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let value = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("export {name}='")).and_then(|v| v.strip_suffix('\'')))
-                .unwrap()
-                .to_owned()
+            text.lines().find_map(|l| l.strip_prefix(&format!("export {name}='")).and_then(|v| v.strip_suffix('\''))).unwrap().to_owned()
         };
         let env = vec![
             ("HMG_STORE_URL".to_owned(), value("HMG_TEST_VIRTUOSO_QUERY")),
@@ -256,7 +253,9 @@ fn main() {
         scenario("virtuoso, 2 nodes, 2 tenants", Shape::TwoNodesTwoTenants, writers, seconds),
     ];
     let reference = rows[1].per_s.max(f64::MIN_POSITIVE);
-    println!("write throughput, {writers} writers posting GraphQL memorize for {seconds} s per scenario (no embedding model unless HMG_BENCH_EMBEDDER=1)");
+    println!(
+        "write throughput, {writers} writers posting GraphQL memorize for {seconds} s per scenario (no embedding model unless HMG_BENCH_EMBEDDER=1)"
+    );
     println!("{:<30} {:>10} {:>8} {:>9} {:>9} {:>8} {:>7}", "", "writes/s", "vs 1node", "p50 ms", "p95 ms", "refused", "failed");
     for row in &rows {
         println!(

@@ -6,7 +6,6 @@
 //! **Invariant:** extraction never stores anything; it proposes sentences,
 //! and the caller's merge decides what each does to memory.
 
-
 use serde::{Deserialize, Serialize};
 
 /// One chat message (the chat-completions shape).
@@ -318,7 +317,10 @@ mod tests {
             ("I no longer prefer tabs. I always write tests first.", vec!["I no longer prefer tabs", "I always write tests first"]),
             ("你好！我喜欢简洁的Python示例。我的编辑器是VS Code。", vec!["我喜欢简洁的Python示例", "我的编辑器是VS Code"]),
             ("我们用PostgreSQL 16。谢谢", vec!["我们用PostgreSQL 16"]),
-            ("こんにちは。私は簡潔なPythonの例が好きです。私の名前はバートです。", vec!["私は簡潔なPythonの例が好きです", "私の名前はバートです"]),
+            (
+                "こんにちは。私は簡潔なPythonの例が好きです。私の名前はバートです。",
+                vec!["私は簡潔なPythonの例が好きです", "私の名前はバートです"],
+            ),
         ];
         for (text, expected) in cases {
             assert_eq!(RuleExtractor.extract(&[user(text)]).unwrap(), expected, "{text}");

@@ -196,6 +196,10 @@ fn strip_openers(text: &str, lang: Lang, cues: &mut Cues, keep_cues: bool) -> St
 
 /// Whether `text` is nothing but openers ("Like I mentioned", "実は").
 fn opener_only(text: &str, lang: Lang) -> bool {
+    let whole = text.trim_matches(is_separator).to_lowercase();
+    if ["correct", "restate", "prefix"].iter().any(|kind| phrases(kind, lang).contains(&whole)) {
+        return true;
+    }
     let mut cues = Cues::default();
     let rest = strip_openers(text, lang, &mut cues, false);
     let rest = rest.trim_matches(is_separator).to_lowercase();
@@ -355,7 +359,8 @@ fn speaks_of_self(text: &str, lang: Lang) -> bool {
 /// taken out: nothing (no letters) means the clause says nothing.
 fn is_only_chatter(text: &str, lang: Lang) -> bool {
     let mut rest = format!(" {} ", text.to_lowercase());
-    let mut all: Vec<&String> = FILLER.iter().chain(phrases("chatter", lang)).chain(phrases("social", lang)).chain(phrases("prefix", lang)).collect();
+    let mut all: Vec<&String> =
+        FILLER.iter().chain(phrases("chatter", lang)).chain(phrases("social", lang)).chain(phrases("prefix", lang)).collect();
     all.sort_by_key(|p| std::cmp::Reverse(p.chars().count()));
     {
         for phrase in all {
@@ -427,6 +432,12 @@ pub(crate) fn sentences(text: &str) -> Vec<String> {
 const NEW_STATEMENT_EN: &[&str] =
     &["i", "i'm", "i've", "i'd", "i'll", "im", "my", "we", "we're", "we've", "our", "she", "he", "they", "she's", "he's", "they're"];
 
+/// "… and I …": a new statement after "and"/"but" (group 1: what comes
+/// before, from the last comma; group 2: the subject).
+static AND_NEW_STATEMENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)([^,;]*?)\s+(?:and|but)\s+((?:i|i'm|i've|i'd|my|we|we're|our|she|he|they)\s)").expect("static regex")
+});
+
 /// Applies a correction inside one sentence ("Leeds — sorry, I meant
 /// Bath"): what follows the cue replaces the value just said.
 fn inline_correction(sentence: &str, lang: Lang) -> String {
@@ -440,7 +451,11 @@ fn inline_correction(sentence: &str, lang: Lang) -> String {
         let after = strip_trailers(sentence[at + cue.len()..].trim_start_matches(is_separator), lang);
         let after = after.strip_suffix("です").unwrap_or(&after).trim().to_owned();
         let mut cues = Cues::default();
-        if before.is_empty() || after.is_empty() || strip_openers(before, lang, &mut cues, false).is_empty() || is_only_chatter(before, lang) {
+        if before.is_empty()
+            || after.is_empty()
+            || strip_openers(before, lang, &mut cues, false).is_empty()
+            || is_only_chatter(before, lang)
+        {
             continue;
         }
         let value = slot::find(before, lang).map(|s| s.value_text);
@@ -468,6 +483,10 @@ fn clauses(sentence: &str, lang: Lang) -> Vec<String> {
     let sentence = inline_correction(sentence, lang);
     match lang {
         Lang::En => {
+            let sentence = AND_NEW_STATEMENT.replace_all(&sentence, |c: &regex::Captures<'_>| {
+                let before = &c[1];
+                if before.split_whitespace().count() >= 3 { format!("{before}, {}", &c[2]) } else { c[0].to_owned() }
+            });
             let mut out: Vec<String> = Vec::new();
             let mut current = String::new();
             let mut opener = String::new();
@@ -484,7 +503,8 @@ fn clauses(sentence: &str, lang: Lang) -> Vec<String> {
                     opener.push(' ');
                     continue;
                 }
-                let piece = &format!("{}{piece}", std::mem::take(&mut opener));
+                let piece =
+                    &if opener.is_empty() { piece.to_owned() } else { format!("{}{}", std::mem::take(&mut opener), piece.trim_start()) };
                 let trimmed = piece.trim();
                 let lead = trimmed.trim_start_matches(is_separator);
                 let lead = ["and ", "but ", "so ", "plus ", "also "]
@@ -523,8 +543,20 @@ fn clauses(sentence: &str, lang: Lang) -> Vec<String> {
                 let piece = format!("{}{piece}", std::mem::take(&mut pending));
                 // Japanese: a clause ends at a te-form ("していて、") or
                 // after chatter; other commas join ("東京の、渋谷に…").
+                // Chinese: a piece that names no one and fills no slot of
+                // its own continues the clause before ("…一只猫，现在有三只了").
+                let continues = match lang {
+                    Lang::Ja => out.last().is_some_and(|last| !ends_clause(last)),
+                    _ => {
+                        out.last().is_some_and(|last| !is_only_chatter(last.trim_end_matches(separators), lang))
+                            && !speaks_of_self(text, lang)
+                            && !["她", "他", "它"].iter().any(|p| text.contains(p))
+                            && !is_only_chatter(text, lang)
+                            && slot::find(text, lang).is_none()
+                    }
+                };
                 match out.last_mut() {
-                    Some(last) if lang == Lang::Ja && !ends_clause(last) => last.push_str(&piece),
+                    Some(last) if continues => last.push_str(&piece),
                     _ => out.push(piece),
                 }
             }
@@ -578,10 +610,10 @@ fn third_person_verb(verb: &str) -> String {
         "have" | "'ve" => return "has".to_owned(),
         "do" => return "does".to_owned(),
         "go" => return "goes".to_owned(),
-        "can" | "will" | "would" | "should" | "could" | "must" | "may" | "might" | "was" | "did" | "had" | "got" | "went"
-        | "made" | "took" | "left" | "bought" | "began" | "became" | "came" | "found" | "gave" | "grew" | "knew" | "lost" | "met"
-        | "quit" | "ran" | "said" | "saw" | "sold" | "spent" | "thought" | "told" | "wrote" | "built" | "felt" | "kept" | "paid"
-        | "put" | "read" | "set" | "taught" | "won" | "used" => return lower,
+        "can" | "will" | "would" | "should" | "could" | "must" | "may" | "might" | "was" | "did" | "had" | "got" | "went" | "made"
+        | "took" | "left" | "bought" | "began" | "became" | "came" | "found" | "gave" | "grew" | "knew" | "lost" | "met" | "quit"
+        | "ran" | "said" | "saw" | "sold" | "spent" | "thought" | "told" | "wrote" | "built" | "felt" | "kept" | "paid" | "put"
+        | "read" | "set" | "taught" | "won" | "used" => return lower,
         _ => {}
     }
     if lower.ends_with("ed") && lower.len() > 3 {
@@ -613,13 +645,34 @@ fn self_introduction(words: &[&str]) -> Option<String> {
         _ => return None,
     };
     let name = name.trim_end_matches(['.', '!', ',']);
-    (name.chars().next().is_some_and(char::is_uppercase) && name.chars().all(|c| c.is_alphabetic() || c == '-' || c == '\'')).then(|| name.to_owned())
+    (name.chars().next().is_some_and(char::is_uppercase) && name.chars().all(|c| c.is_alphabetic() || c == '-' || c == '\''))
+        .then(|| name.to_owned())
 }
 
 /// Adverbs that may sit between "I" and the verb.
 const ADVERBS: &[&str] = &[
-    "always", "usually", "often", "never", "really", "also", "still", "now", "mostly", "just", "recently", "finally", "sometimes",
-    "rarely", "currently", "mainly", "already", "actually", "generally", "normally", "typically", "even",
+    "always",
+    "usually",
+    "often",
+    "never",
+    "really",
+    "also",
+    "still",
+    "now",
+    "mostly",
+    "just",
+    "recently",
+    "finally",
+    "sometimes",
+    "rarely",
+    "currently",
+    "mainly",
+    "already",
+    "actually",
+    "generally",
+    "normally",
+    "typically",
+    "even",
 ];
 
 /// Turns a first-person statement into a fact about the user: "I live in

@@ -123,8 +123,29 @@ pub(crate) fn category(text: &str) -> Option<&'static str> {
     lookup("category", text)
 }
 
-const NUMBERS_EN: &[&str] =
-    &["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"];
+const NUMBERS_EN: &[&str] = &[
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+];
 
 /// A number written in words or CJK numerals, as digits ("seven", 七 → 7).
 fn as_number(text: &str) -> Option<u32> {
@@ -211,15 +232,73 @@ const CONTRACTIONS: &[(&str, &str)] = &[
 
 /// Adverbs that only colour an English statement; left out when matching.
 const COLOUR_WORDS: &[&str] = &[
-    "also", "really", "still", "just", "currently", "actually", "honestly", "definitely", "totally", "basically", "too", "now",
-    "recently", "finally", "officially",
+    "also",
+    "really",
+    "still",
+    "just",
+    "currently",
+    "actually",
+    "honestly",
+    "definitely",
+    "totally",
+    "basically",
+    "too",
+    "now",
+    "recently",
+    "finally",
+    "officially",
+    "lately",
+    "nowadays",
+];
+
+/// Chinese and Japanese time words, left out when matching ("我上个月搬到苏州了").
+const TIME_WORDS_CJK: &[&str] = &[
+    "上个月",
+    "上星期",
+    "上周",
+    "这个月",
+    "这周",
+    "本周",
+    "下个月",
+    "下周",
+    "去年",
+    "今年",
+    "明年",
+    "前几天",
+    "前段时间",
+    "最近",
+    "昨天",
+    "今天",
+    "刚刚",
+    "这几天",
+    "这些天",
+    "如今",
+    "先月",
+    "先週",
+    "今月から",
+    "来月から",
+    "来年から",
+    "今年から",
+    "最近は",
+    "今は",
+    "昨日",
+    "この前",
+    "このごろ",
+    "近頃",
 ];
 
 /// The clause as the patterns see it.
 fn for_matching(text: &str, lang: Lang) -> String {
     let text: String = text.nfkc().collect::<String>().replace(['’', '‘'], "'");
     if lang != Lang::En {
-        return text.trim().trim_end_matches(['。', '！', '!', '.']).to_owned();
+        let mut text = text.trim().trim_end_matches(['。', '！', '!', '.']).to_owned();
+        // When it happened says nothing about which slot it fills.
+        let mut times = TIME_WORDS_CJK.to_vec();
+        times.sort_by_key(|t| std::cmp::Reverse(t.chars().count()));
+        for time in times {
+            text = text.replace(time, "");
+        }
+        return text.trim_start_matches(['、', '，', ',', ' ', '：', ':']).to_owned();
     }
     let mut words = Vec::new();
     for word in text.split_whitespace() {
@@ -248,22 +327,32 @@ pub(crate) fn comparable(value: &str) -> String {
     v.chars().filter(|c| c.is_alphanumeric() || c.is_whitespace()).collect::<String>().split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Whether two values are the same (equal, or one holds the other).
-pub(crate) fn same_value(a: &str, b: &str) -> bool {
-    let (a, b) = (comparable(a), comparable(b));
-    if a == b {
+/// Whether a `new` value says nothing the `known` one does not: equal, or
+/// held in it ("Seattle" in "Seattle, WA"; not "spaces" → "two spaces",
+/// which refines it).
+pub(crate) fn same_value(known: &str, new: &str) -> bool {
+    let (long, short) = (comparable(known), comparable(new));
+    if long == short {
         return true;
     }
     let numeric = |s: &str| s.chars().all(|c| c.is_ascii_digit() || c.is_whitespace());
-    if a.is_empty() || b.is_empty() || numeric(&a) || numeric(&b) {
+    if long.is_empty() || short.is_empty() || numeric(&long) || numeric(&short) {
         return false;
     }
-    let (short, long) = if a.chars().count() <= b.chars().count() { (&a, &b) } else { (&b, &a) };
-    short.chars().count() >= 2 && holds(long, short)
+    if short.chars().count() < 2 || !holds(&long, &short) {
+        return false;
+    }
+    // "two spaces" is not "spaces": a count or a negation added is a change.
+    let extra = long.replacen(short.as_str(), " ", 1);
+    let changes = extra.chars().any(|c| c.is_ascii_digit() || "一二三四五六七八九十两零不没".contains(c))
+        || extra
+            .split_whitespace()
+            .any(|w| NUMBERS_EN.contains(&w) || ["no", "not", "never", "first", "second", "third", "half"].contains(&w));
+    !changes
 }
 
 fn canonical_qualifier(attribute: &str, qualifier: Option<&str>, value: &str) -> Option<String> {
-    let qualifier = qualifier.map(|q| comparable(q)).filter(|q| !q.is_empty());
+    let qualifier = qualifier.map(comparable).filter(|q| !q.is_empty());
     match attribute {
         "pet" => qualifier.as_deref().and_then(|q| lookup("pet", q)).map(str::to_owned).or(qualifier),
         "use" => {
@@ -277,19 +366,38 @@ fn canonical_qualifier(attribute: &str, qualifier: Option<&str>, value: &str) ->
             if let Some(category) = category(value) {
                 return Some(category.to_owned());
             }
-            // "concise Python examples": what is preferred is examples.
-            let head = comparable(value).split_whitespace().last().map(str::to_owned)?;
+            // "concise Python examples (with type hints)": what is
+            // preferred is examples.
+            let value = comparable(value);
+            let phrase = value.split(" with ").next().unwrap_or(&value);
+            let phrase = [" in ", " on ", " at ", " to ", " from ", " over ", " instead of "]
+                .iter()
+                .fold(phrase, |p, preposition| p.split(preposition).next().unwrap_or(p));
+            let head = phrase.split_whitespace().last().map(str::to_owned)?;
             Some(head.strip_suffix('s').filter(|s| s.len() > 2).map_or(head.clone(), str::to_owned))
         }
         _ => qualifier.map(|q| lookup("qual", &q).map_or(q, str::to_owned)),
     }
 }
 
-/// The slot a clause fills, if a pattern knows it.
+/// The slot a clause fills, if a pattern knows it. An English clause
+/// whose start no pattern knows is tried again from its last "and"
+/// ("traded it in and now drive a Tesla").
 pub(crate) fn find(text: &str, lang: Lang) -> Option<Slot> {
     let matching = for_matching(text, lang);
+    find_in(&matching).or_else(|| {
+        let lower = matching.to_lowercase();
+        let at = lower.rfind(" and ").filter(|_| lang == Lang::En)?;
+        let tail = matching[at + 5..].trim();
+        let first = tail.split_whitespace().next()?.to_lowercase();
+        let tail = if ["i", "we", "my", "our"].contains(&first.as_str()) { tail.to_owned() } else { format!("I {tail}") };
+        find_in(&tail)
+    })
+}
+
+fn find_in(matching: &str) -> Option<Slot> {
     for pattern in PATTERNS.iter() {
-        let Some(captures) = pattern.regex.captures(&matching) else { continue };
+        let Some(captures) = pattern.regex.captures(matching) else { continue };
         let Some(value) = captures.name("value").or_else(|| captures.name("qual")) else { continue };
         let value_text = clean_value(value.as_str());
         if value_text.is_empty() {

@@ -78,9 +78,9 @@ struct Known {
 
 /// Words that say nothing about what a statement is about.
 const FUNCTION_WORDS: &[&str] = &[
-    "i", "me", "my", "we", "our", "us", "is", "am", "are", "was", "be", "been", "have", "has", "had", "do", "does", "did", "doe",
-    "not", "no", "don't", "doesn't", "a", "an", "the", "to", "of", "in", "on", "at", "and", "or", "it", "that", "this", "any",
-    "anymor", "anymore", "longer", "never", "very", "realli", "really", "haven't", "now", "still", "just", "them", "it",
+    "i", "me", "my", "we", "our", "us", "is", "am", "are", "was", "be", "been", "have", "has", "had", "do", "does", "did", "doe", "not",
+    "no", "don't", "doesn't", "a", "an", "the", "to", "of", "in", "on", "at", "and", "or", "it", "that", "this", "any", "anymor",
+    "anymore", "longer", "never", "very", "realli", "really", "haven't", "now", "still", "just", "them", "it",
 ];
 
 /// Chinese characters that only carry grammar (a bigram holding one says
@@ -180,7 +180,9 @@ fn plan(fact: &str, known: &[Known]) -> Plan {
     };
     let comparable = crate::fact::slot::comparable;
     // 1. Said before in the same words.
-    if let Some(k) = known.iter().find(|k| comparable(&k.atom.content) == comparable(&text) || comparable(&k.clause.body) == comparable(&clause.body)) {
+    if let Some(k) =
+        known.iter().find(|k| comparable(&k.atom.content) == comparable(&text) || comparable(&k.clause.body) == comparable(&clause.body))
+    {
         return none(k, format!("the same as memory {}", k.atom.atom_id));
     }
     // 2. Stopped being true: the memory it names is marked false.
@@ -205,7 +207,9 @@ fn plan(fact: &str, known: &[Known]) -> Plan {
     // 4. "from Vim to Helix": the memory naming the old value.
     if let Some(switch) = &clause.switch
         && let Some(from) = &switch.from
-        && let Some(k) = known.iter().find(|k| crate::fact::slot::same_value(&k.atom.content, from) || k.atom.content.to_lowercase().contains(&from.to_lowercase()))
+        && let Some(k) = known
+            .iter()
+            .find(|k| crate::fact::slot::same_value(&k.atom.content, from) || k.atom.content.to_lowercase().contains(&from.to_lowercase()))
     {
         return update(k, text.clone(), format!("switch from \"{from}\" to \"{}\" replaces memory {}", switch.to, k.atom.atom_id));
     }
@@ -220,7 +224,9 @@ fn plan(fact: &str, known: &[Known]) -> Plan {
                 return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
             }
             if slot.many && !clause.cues.correction {
-                if let Some(k) = known.iter().find(|k| k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))) {
+                if let Some(k) = known.iter().find(|k| {
+                    k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))
+                }) {
                     return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
                 }
                 return add(format!("slot {} holds many values; this one is new", slot.describe()));
@@ -326,14 +332,23 @@ impl Memory {
                 Ok(MergeResult { id: Some(id), memory: content, event, previous_memory: None, reason: None, why: Some(why) })
             }
             (MergeEvent::Delete, Some((id, content))) => {
-                let request = CorrectRequest { target_atom: id.clone(), action: CorrectAction::Negate, reason: format!("merge: {why}"), new_content: None };
+                let request = CorrectRequest {
+                    target_atom: id.clone(),
+                    action: CorrectAction::Negate,
+                    reason: format!("merge: {why}"),
+                    new_content: None,
+                };
                 let outcome = self.correct(caller, request)?;
                 let event = if outcome.effect == Effect::Applied { MergeEvent::Delete } else { MergeEvent::None };
                 Ok(MergeResult { id: Some(id), memory: content, event, previous_memory: None, reason: outcome.reason, why: Some(why) })
             }
             (MergeEvent::Update, Some((id, content))) => {
-                let request =
-                    CorrectRequest { target_atom: id, action: CorrectAction::Replace, reason: format!("merge: {why}"), new_content: Some(text.clone()) };
+                let request = CorrectRequest {
+                    target_atom: id,
+                    action: CorrectAction::Replace,
+                    reason: format!("merge: {why}"),
+                    new_content: Some(text.clone()),
+                };
                 let outcome = self.correct(caller, request)?;
                 match (outcome.effect, outcome.new_atom_id) {
                     (Effect::Applied, Some(new_id)) => Ok(MergeResult {
@@ -344,7 +359,12 @@ impl Memory {
                         reason: None,
                         why: Some(why),
                     }),
-                    _ => self.add_fact(caller, text, source, format!("{why}; the replace was refused ({}), so added", outcome.reason.unwrap_or_default())),
+                    _ => self.add_fact(
+                        caller,
+                        text,
+                        source,
+                        format!("{why}; the replace was refused ({}), so added", outcome.reason.unwrap_or_default()),
+                    ),
                 }
             }
             _ => self.add_fact(caller, text, source, why),
@@ -354,9 +374,14 @@ impl Memory {
     fn add_fact(&self, caller: &Caller, text: String, source: &str, why: String) -> Result<MergeResult> {
         let outcome = self.memorize(caller, MemorizeRequest::new(text.clone()).with_source(source))?;
         Ok(match outcome.effect {
-            Effect::Applied => {
-                MergeResult { id: outcome.atom_id, memory: text, event: MergeEvent::Add, previous_memory: None, reason: None, why: Some(why) }
-            }
+            Effect::Applied => MergeResult {
+                id: outcome.atom_id,
+                memory: text,
+                event: MergeEvent::Add,
+                previous_memory: None,
+                reason: None,
+                why: Some(why),
+            },
             Effect::NoOp => MergeResult {
                 id: outcome.deduped_with,
                 memory: text,
@@ -365,9 +390,14 @@ impl Memory {
                 reason: None,
                 why: Some("already stored (memorize found the duplicate)".to_owned()),
             },
-            Effect::Rejected => {
-                MergeResult { id: None, memory: text, event: MergeEvent::None, previous_memory: None, reason: outcome.reason, why: Some(why) }
-            }
+            Effect::Rejected => MergeResult {
+                id: None,
+                memory: text,
+                event: MergeEvent::None,
+                previous_memory: None,
+                reason: outcome.reason,
+                why: Some(why),
+            },
         })
     }
 }
@@ -415,5 +445,114 @@ mod tests {
         let history = memory.history(&caller, added[0].id.as_deref().unwrap()).unwrap();
         assert_eq!(history.chain[0].status, crate::Status::Negated);
         assert!(history.chain[0].content.contains("咖啡"), "history keeps the content");
+    }
+}
+
+#[cfg(test)]
+mod decisions {
+    use super::*;
+    use crate::extract::{Extractor, Message, RuleExtractor};
+    use crate::scope::Scope;
+
+    /// Runs each turn in a fresh scope and checks its events.
+    fn conversation(turns: &[(&str, &[MergeEvent])]) -> (Memory, Caller, Vec<Vec<MergeResult>>) {
+        let memory = Memory::open_in_memory().unwrap();
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository("agent"), "test");
+        let mut all = Vec::new();
+        for (text, expected) in turns {
+            let facts = RuleExtractor.extract(&[Message { role: "user".to_owned(), content: (*text).to_owned() }]).unwrap();
+            let results = memory.merge_facts(&caller, &facts, "user").unwrap();
+            let events: Vec<MergeEvent> = results.iter().map(|r| r.event).filter(|e| *e != MergeEvent::None).collect();
+            let wanted: Vec<MergeEvent> = expected.iter().copied().filter(|e| *e != MergeEvent::None).collect();
+            assert_eq!(events, wanted, "{text}: {results:?}");
+            all.push(results);
+        }
+        (memory, caller, all)
+    }
+
+    fn active(memory: &Memory, caller: &Caller) -> Vec<String> {
+        memory.known(caller).unwrap().into_iter().map(|k| k.atom.content).collect()
+    }
+
+    use MergeEvent::{Add, Delete, None as Nothing, Update};
+
+    #[test]
+    fn a_new_value_in_the_same_slot_updates_in_three_languages() {
+        for turns in [
+            [("I live in Portland.", &[Add][..]), ("Big news: we just moved to Denver!", &[Update][..])],
+            [("我最喜欢的运动是羽毛球。", &[Add][..]), ("我现在最喜欢的运动变成游泳了。", &[Update][..])],
+            [("エディタはVimを使っています。", &[Add][..]), ("最近VS Codeに乗り換えました。", &[Update][..])],
+        ] {
+            let (memory, caller, _) = conversation(&turns);
+            assert_eq!(active(&memory, &caller).len(), 1, "{turns:?}");
+        }
+    }
+
+    #[test]
+    fn a_cessation_deletes_the_fact_it_names_and_leaves_the_others() {
+        for turns in [
+            [("I play the piano. I also have a beagle.", &[Add, Add][..]), ("Honestly I don't play piano anymore.", &[Delete][..])],
+            [("我每周去三次健身房，另外我还在学吉他。", &[Add, Add][..]), ("健身房我已经不去了。", &[Delete][..])],
+            [
+                ("週に二回ジムに通っています。それから、フランス語を勉強しています。", &[Add, Add][..]),
+                ("ジムはもう退会しました。", &[Delete][..]),
+            ],
+        ] {
+            let (memory, caller, results) = conversation(&turns);
+            assert_eq!(active(&memory, &caller).len(), 1, "{turns:?}");
+            let deleted = results[1][0].id.clone().unwrap();
+            let history = memory.history(&caller, &deleted).unwrap();
+            assert_eq!(history.chain[0].status, Status::Negated, "kept, marked false");
+        }
+    }
+
+    #[test]
+    fn the_same_fact_in_other_words_is_known_in_three_languages() {
+        for turns in [
+            [("I'm vegetarian.", &[Add][..]), ("Like I mentioned, I don't eat meat.", &[Nothing][..])],
+            [("我在深圳工作。", &[Add][..]), ("对，我是在深圳上班的。", &[Nothing][..])],
+            [("横浜に住んでいます。", &[Add][..]), ("住まいは横浜です。", &[Nothing][..])],
+        ] {
+            let (memory, caller, _) = conversation(&turns);
+            assert_eq!(active(&memory, &caller).len(), 1, "{turns:?}");
+        }
+    }
+
+    #[test]
+    fn another_purpose_or_another_allergy_is_added_beside() {
+        for turns in [
+            [("I prefer concise Python examples.", &[Add][..]), ("For CLIs I prefer Go, though.", &[Add][..])],
+            [("我对花粉过敏。", &[Add][..]), ("另外，我对青霉素也过敏。", &[Add][..])],
+            [("辛い食べ物が好きです。", &[Add][..]), ("甘いものも大好きです。", &[Add][..])],
+        ] {
+            let (memory, caller, _) = conversation(&turns);
+            assert_eq!(active(&memory, &caller).len(), 2, "{turns:?}");
+        }
+    }
+
+    #[test]
+    fn corrections_replace_what_they_correct() {
+        let (memory, caller, results) = conversation(&[("My daughter is 7.", &[Add]), ("Actually, she turned 8 last week.", &[Update])]);
+        assert_eq!(active(&memory, &caller), ["Daughter turned 8 last week"], "the pronoun names the daughter");
+        assert!(results[1][0].why.as_deref().unwrap_or_default().contains("age"), "{:?}", results[1][0].why);
+        let (memory, caller, _) =
+            conversation(&[("My team uses GitHub for code review.", &[Add]), ("Sorry, I meant GitLab, not GitHub.", &[Update])]);
+        assert_eq!(active(&memory, &caller), ["Team uses GitLab for code review"]);
+        let (memory, caller, _) = conversation(&[("其实她已经六岁了", &[Add])]);
+        assert_eq!(active(&memory, &caller).len(), 1);
+        let (memory, caller, _) =
+            conversation(&[("誕生日は3月5日です。", &[Add]), ("実は、誕生日は3月15日でした。すみません。", &[Update])]);
+        assert_eq!(active(&memory, &caller), ["誕生日は3月15日でした"]);
+    }
+
+    #[test]
+    fn a_dry_run_decides_without_writing() {
+        let (memory, caller, _) = conversation(&[("I live in Portland.", &[Add])]);
+        let facts = vec!["we just moved to Denver".to_owned()];
+        let planned = memory.merge_facts_with(&caller, &facts, "user", true).unwrap();
+        assert_eq!(planned[0].event, Update);
+        assert_eq!(planned[0].previous_memory.as_deref(), Some("Lives in Portland"));
+        assert!(planned[0].why.as_deref().unwrap_or_default().contains("home"), "{planned:?}");
+        assert_eq!(active(&memory, &caller), ["Lives in Portland"]);
     }
 }

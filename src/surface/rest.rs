@@ -532,6 +532,23 @@ async fn add(
     let extractor = state.extractor.clone();
     blocking(move || {
         let source = if request.messages.iter().any(|m| m.role == "user") { "user" } else { "agent" };
+        let dry_run = request.dry_run == Some(true);
+        if request.infer == Some(false) && dry_run {
+            let results = request
+                .messages
+                .iter()
+                .filter(|m| m.role != "system")
+                .map(|m| MergeResult {
+                    id: None,
+                    memory: m.content.clone(),
+                    event: MergeEvent::Add,
+                    previous_memory: None,
+                    reason: None,
+                    why: Some("infer: false stores each message as it is".to_owned()),
+                })
+                .collect();
+            return Ok(axum::Json(AddResponse { results, warnings: Vec::new() }));
+        }
         if request.infer == Some(false) {
             let mut results = Vec::new();
             for message in request.messages.iter().filter(|m| m.role != "system") {
@@ -556,7 +573,7 @@ async fn add(
         }
         let extraction = crate::extract::extract_with_fallback(extractor.as_deref(), &request.messages)
             .map_err(|e| ApiError::bad(Some("messages"), e.to_string()))?;
-        let results = memory.merge_facts_with(&caller, &extraction.facts, source, request.dry_run == Some(true))?;
+        let results = memory.merge_facts_with(&caller, &extraction.facts, source, dry_run)?;
         tracing::info!(facts = extraction.facts.len(), "added");
         Ok(axum::Json(AddResponse { results, warnings: extraction.warning.into_iter().collect() }))
     })

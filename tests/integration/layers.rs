@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, usize)] = &[
     ("atom", 0),
     ("extract", 0),
+    ("fact", 0),
     ("fault", 0),
     ("limits", 0),
     ("scope", 0),

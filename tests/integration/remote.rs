@@ -298,7 +298,8 @@ fn an_mcp_node_runs_a_whole_agent_session_over_the_shared_store() {
         .envs(virtuoso.env())
         .output()
         .unwrap();
-    let hits: Value = serde_json::from_slice(&recalled.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&recalled.stderr)));
+    let hits: Value =
+        serde_json::from_slice(&recalled.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&recalled.stderr)));
     assert!(hits["atoms"][0]["content"].as_str().is_some_and(|c| c.contains("500 requests")), "the other node sees the session: {hits}");
     assert!(writer.stop().success());
     let verify = hmg(&reader, Some(&virtuoso), &["audit", "verify", "--json"]);

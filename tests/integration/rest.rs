@@ -348,3 +348,90 @@ fn purge_destroys_the_text_of_every_version_and_keeps_the_audit_trail() {
     let verify = crate::cli::hmg(&store, tmp.path(), &["audit", "verify"]);
     assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
 }
+
+/// `../shared/bench/merge` (check.py and the labelled dev cases): from
+/// `HMG_MERGE_BENCH`, beside the repository, or the workspace's copy.
+fn merge_bench() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates: Vec<std::path::PathBuf> = std::env::var_os("HMG_MERGE_BENCH")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain([manifest.join("../shared/bench/merge"), std::path::PathBuf::from("/work/shared/bench/merge")])
+        .collect();
+    candidates.iter().find(|dir| dir.join("check.py").is_file()).cloned().unwrap_or_else(|| {
+        panic!("the merge cases are not found (set HMG_MERGE_BENCH to the folder holding check.py); looked in {candidates:?}")
+    })
+}
+
+/// Runs check.py on `cases` against a real server: overall at least 90%,
+/// every language and phenomenon at least 80%.
+fn merge_check(served: &Served, cases: &std::path::Path, label: &str) {
+    let out = Command::new("python3")
+        .arg(merge_bench().join("check.py"))
+        .arg("--cases")
+        .arg(cases)
+        .args(["--url", &served.url, "--min", "0.9", "--label", label])
+        .output()
+        .expect("python3 runs check.py");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{report}");
+    assert!(out.status.success(), "{label}: below 90%\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut section = "";
+    for line in report.lines() {
+        if line.starts_with("per language") || line.starts_with("per phenomenon") {
+            section = line;
+            continue;
+        }
+        if !line.starts_with("  ") || section.is_empty() {
+            section = if line.starts_with("  ") { section } else { "" };
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [name, ratio, _] = fields.as_slice()
+            && let Some((passed, all)) = ratio.split_once('/')
+            && let (Ok(passed), Ok(all)) = (passed.parse::<u32>(), all.parse::<u32>())
+        {
+            assert!(passed * 5 >= all * 4, "{label}: {section} {name} {passed}/{all} is below 80%\n{report}");
+        }
+    }
+}
+
+/// The REST add's extraction and merge, scored by the labelled cases: the
+/// dev cases of `../shared/bench/merge` and this repository's own cases
+/// (other people, things and wording: tests/data/merge_cases.json).
+#[test]
+fn rest_add_gets_the_labelled_chat_cases_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let served = Served::start(&tmp.path().join("store"));
+    merge_check(&served, &merge_bench().join("dev_cases.json"), "merge dev");
+    merge_check(&served, &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/merge_cases.json"), "merge own");
+}
+
+/// `dry_run` decides and explains without writing.
+#[test]
+fn a_dry_run_add_explains_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let served = Served::start(&tmp.path().join("store"));
+    let add = |text: &str, dry: bool| {
+        let body = json!({"messages": [{"role": "user", "content": text}], "user_id": "dana", "dry_run": dry});
+        let (status, answer) = http("POST", &api(&served, "/add"), Some(&body));
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    add("I live in Portland.", false);
+    let planned = add("Big news: we just moved to Denver! Thanks for the tips.", true);
+    assert_eq!(planned["results"].as_array().map(Vec::len), Some(1), "{planned}");
+    assert_eq!(planned["results"][0]["event"], "UPDATE", "{planned}");
+    assert_eq!(planned["results"][0]["previous_memory"], "Lives in Portland", "{planned}");
+    let why = planned["results"][0]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("home") && why.contains("Portland"), "the slot and the matched memory: {why}");
+    let (_, listed) = http("GET", &format!("{}?user_id=dana", api(&served, "")), None);
+    let contents: Vec<&str> = listed["results"].as_array().unwrap().iter().filter_map(|m| m["memory"].as_str()).collect();
+    assert_eq!(contents, ["Lives in Portland"], "a dry run writes nothing: {listed}");
+    // The real add does what the dry run said, and history says why.
+    let done = add("Big news: we just moved to Denver! Thanks for the tips.", false);
+    assert_eq!(done["results"][0]["event"], "UPDATE", "{done}");
+    let id = done["results"][0]["id"].as_str().unwrap();
+    let (_, history) = http("GET", &format!("{}/{id}/history?user_id=dana", api(&served, "")), None);
+    assert!(history.to_string().contains("home"), "history carries the reason: {history}");
+}
