@@ -252,10 +252,15 @@ impl Clause {
     /// Portland", "Name is Priya") is read back as the speaker's words.
     pub(crate) fn read_memory(content: &str) -> Clause {
         let clause = Clause::read(content);
-        if clause.slot.is_some() || clause.lang != Lang::En {
+        if clause.slot.is_some() {
             return clause;
         }
-        for restored in first_person_readings(&clause.body) {
+        let readings = match clause.lang {
+            Lang::En => first_person_readings(&clause.body),
+            Lang::Zh => vec![format!("我的{}", clause.body), format!("我{}", clause.body)],
+            Lang::Ja => vec![format!("私の{}", clause.body), format!("私は{}です", clause.body)],
+        };
+        for restored in readings {
             let again = Clause::read(&restored);
             if again.slot.is_some() {
                 return Clause { body: clause.body, ..again };
@@ -388,6 +393,10 @@ pub(crate) fn is_chatter(clause: &str, inherited_self: bool) -> bool {
     if body.is_empty() || is_only_chatter(&body, lang) {
         return true;
     }
+    // A Japanese remark ("東京は暑いですね") shares a feeling, not a fact.
+    if lang == Lang::Ja && (body.ends_with('ね') || body.ends_with("よね")) {
+        return true;
+    }
     let own = speaks_of_self(clause, lang) || inherited_self;
     let starts_social = phrases("social", lang).iter().any(|p| strip_phrase(&body, p, lang).is_some());
     if starts_social && !speaks_of_self(&body, lang) {
@@ -514,7 +523,15 @@ fn clauses(sentence: &str, lang: Lang) -> Vec<String> {
                 let first = lead.split_whitespace().next().unwrap_or("").to_lowercase().replace('’', "'");
                 let starts_new = NEW_STATEMENT_EN.contains(&first.as_str());
                 let chatter = is_only_chatter(trimmed.trim_end_matches([',', ';', '.', '!']), lang);
-                if !current.is_empty() && (starts_new || chatter) {
+                // A bare event ("I got promoted,") introduces the clause after it.
+                let bare_event = current.split_whitespace().count() <= 3
+                    && current.trim_end().ends_with(',')
+                    && current
+                        .split_whitespace()
+                        .nth(1)
+                        .is_some_and(|verb| verb.ends_with("ed") || ["got", "became", "went"].contains(&verb))
+                    && !current.split_whitespace().last().is_some_and(|w| w.chars().next().is_some_and(char::is_uppercase));
+                if !current.is_empty() && (starts_new && !bare_event || chatter) {
                     out.push(std::mem::take(&mut current));
                 }
                 if chatter {

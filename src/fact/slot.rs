@@ -387,8 +387,8 @@ pub(crate) fn find(text: &str, lang: Lang) -> Option<Slot> {
     let matching = for_matching(text, lang);
     find_in(&matching).or_else(|| {
         let lower = matching.to_lowercase();
-        let at = lower.rfind(" and ").filter(|_| lang == Lang::En)?;
-        let tail = matching[at + 5..].trim();
+        let at = lower.rfind(" and ").map(|at| at + 5).or_else(|| lower.rfind(", ").map(|at| at + 2)).filter(|_| lang == Lang::En)?;
+        let tail = matching[at..].trim();
         let first = tail.split_whitespace().next()?.to_lowercase();
         let tail = if ["i", "we", "my", "our"].contains(&first.as_str()) { tail.to_owned() } else { format!("I {tail}") };
         find_in(&tail)
