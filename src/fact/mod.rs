@@ -393,6 +393,14 @@ pub(crate) fn is_chatter(clause: &str, inherited_self: bool) -> bool {
     if body.is_empty() || is_only_chatter(&body, lang) {
         return true;
     }
+    // A request to the assistant ("tell me more", 帮我…, 教えて) is no fact.
+    let asks = |p: &String| match lang {
+        Lang::Ja => body.ends_with(p.as_str()) || body.ends_with(&format!("{p}ください")) || body.ends_with(&format!("{p}下さい")),
+        _ => strip_phrase(&body, p, lang).is_some(),
+    };
+    if phrases("request", lang).iter().any(asks) {
+        return true;
+    }
     // A Japanese remark ("東京は暑いですね") shares a feeling, not a fact.
     if lang == Lang::Ja && (body.ends_with('ね') || body.ends_with("よね")) {
         return true;
@@ -463,6 +471,7 @@ fn inline_correction(sentence: &str, lang: Lang) -> String {
         if before.is_empty()
             || after.is_empty()
             || strip_openers(before, lang, &mut cues, false).is_empty()
+            || opener_only(before, lang)
             || is_only_chatter(before, lang)
         {
             continue;
@@ -494,7 +503,10 @@ fn clauses(sentence: &str, lang: Lang) -> Vec<String> {
         Lang::En => {
             let sentence = AND_NEW_STATEMENT.replace_all(&sentence, |c: &regex::Captures<'_>| {
                 let before = &c[1];
-                if before.split_whitespace().count() >= 3 { format!("{before}, {}", &c[2]) } else { c[0].to_owned() }
+                let pronoun_first = before.split_whitespace().next().is_some_and(|w| {
+                    ["i", "i'm", "i've", "we", "we're", "she", "he", "they"].contains(&w.to_lowercase().replace('’', "'").as_str())
+                });
+                if before.split_whitespace().count() >= 3 || pronoun_first { format!("{before}, {}", &c[2]) } else { c[0].to_owned() }
             });
             let mut out: Vec<String> = Vec::new();
             let mut current = String::new();

@@ -153,6 +153,35 @@ fn stored_text(clause: &Clause, party: Option<&str>) -> String {
     }
 }
 
+/// Whether a clause is only a value ("Kyoto", "10am", 青岛).
+fn is_bare_value(body: &str, lang: Lang) -> bool {
+    match lang {
+        Lang::En => {
+            let words: Vec<String> = body.split_whitespace().map(str::to_lowercase).collect();
+            words.len() <= 3
+                && !words.iter().any(|w| {
+                    ["i", "i'm", "my", "we", "is", "am", "are", "was", "have", "has", "it's", "it", "she", "he", "they"]
+                        .contains(&w.as_str())
+                })
+        }
+        _ => body.chars().count() <= 8 && !body.chars().any(|c| "我私是はがをに".contains(c)),
+    }
+}
+
+/// The memory's text with its value replaced by `value`: the slot's value,
+/// else (English) its last capitalised word.
+fn replace_value(known: &Known, value: &str) -> Option<String> {
+    let content = &known.atom.content;
+    if let Some(slot) = &known.clause.slot
+        && let Some(replaced) = replace_once(content, &slot.value_text, value)
+    {
+        return Some(replaced);
+    }
+    let last = content.split_whitespace().skip(1).filter(|w| w.chars().next().is_some_and(char::is_uppercase)).last()?;
+    let word = last.trim_end_matches(|c: char| !c.is_alphanumeric());
+    replace_once(content, word, value)
+}
+
 fn the_party(known: &Known) -> Option<String> {
     match known.clause.slot.as_ref().map(|s| &s.subject) {
         Some(Subject::Other(who)) => Some(who.clone()),
@@ -265,7 +294,13 @@ fn plan(fact: &str, known: &[Known]) -> Plan {
     if clause.cues.correction
         && let Some(k) = most_about(&clause.body, known).or_else(|| known.first())
     {
-        return update(k, text.clone(), format!("correction cue: replaces memory {} (\"{}\")", k.atom.atom_id, k.atom.content));
+        // "I meant Kyoto": the value of the memory corrected, replaced.
+        let corrected = is_bare_value(&clause.body, clause.lang).then(|| replace_value(k, &clause.body)).flatten();
+        return update(
+            k,
+            corrected.unwrap_or_else(|| text.clone()),
+            format!("correction cue: replaces memory {} (\"{}\")", k.atom.atom_id, k.atom.content),
+        );
     }
     // 8. A paraphrase in nearly the same words.
     let mine = topic_terms(&clause.body);
