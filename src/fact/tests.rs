@@ -106,12 +106,14 @@ fn slots_in_three_languages() {
         ("誕生日は3月5日です", "birthday", None, "3月5日"),
         ("看護師をしていて", "job", None, "看護師"),
         ("猫アレルギーがあります", "allergy", None, "猫"),
+        ("I'm learning the cello", "learning", None, "cello"),
+        ("My cat's name is Mochi", "name", None, "mochi"),
     ];
     for (text, attribute, qualifier, value) in cases {
         let slot = slot(text).unwrap_or_else(|| panic!("no slot in {text}"));
         assert_eq!((slot.attribute.as_str(), slot.qualifier.as_deref(), slot.value.as_str()), (*attribute, *qualifier, *value), "{text}");
     }
-    for text in ["I play the piano", "I'm learning the cello", "我在准备考研", "週に二回ジムに通っています"] {
+    for text in ["I play the piano", "我在准备考研", "週に二回ジムに通っています"] {
         assert_eq!(slot(text), None, "{text}");
     }
 }
