@@ -298,7 +298,18 @@ fn for_matching(text: &str, lang: Lang) -> String {
         for time in times {
             text = text.replace(time, "");
         }
-        return text.trim_start_matches(['、', '，', ',', ' ', '：', ':']).to_owned();
+        let text = text.trim_start_matches(['、', '，', ',', ' ', '：', ':']);
+        // Adverbs after the subject ("我还养了", "我也喜欢") and the
+        // explanatory ending ("苦手なんです") say nothing about the slot.
+        return match lang {
+            Lang::Zh => {
+                let (head, rest) = text.strip_prefix('我').map_or(("", text), |rest| ("我", rest));
+                let rest = rest.trim_start_matches(['还', '也', '又', '都']);
+                let rest = rest.strip_prefix("另外").unwrap_or(rest).trim_start_matches(['还', '也', '又']);
+                format!("{head}{rest}")
+            }
+            _ => text.replace("なんです", "です").replace("なのです", "です").replace("んです", "です"),
+        };
     }
     let mut words = Vec::new();
     for word in text.split_whitespace() {
@@ -339,16 +350,29 @@ pub(crate) fn same_value(known: &str, new: &str) -> bool {
     if long.is_empty() || short.is_empty() || numeric(&long) || numeric(&short) {
         return false;
     }
+    if !is_cjk_text(&short) {
+        // "peanut" is "peanuts": compared as stemmed words.
+        let stems = |s: &str| {
+            crate::text::analyze::terms(s, crate::text::analyze::Mode::Query).into_iter().collect::<std::collections::HashSet<_>>()
+        };
+        let (known_stems, new_stems) = (stems(&long), stems(&short));
+        if !new_stems.is_empty() && new_stems.is_subset(&known_stems) {
+            return !changes_count(&long.replace(&short, " "));
+        }
+    }
     if short.chars().count() < 2 || !holds(&long, &short) {
         return false;
     }
-    // "two spaces" is not "spaces": a count or a negation added is a change.
-    let extra = long.replacen(short.as_str(), " ", 1);
-    let changes = extra.chars().any(|c| c.is_ascii_digit() || "一二三四五六七八九十两零不没".contains(c))
+    !changes_count(&long.replacen(short.as_str(), " ", 1))
+}
+
+/// Whether text left over from a comparison holds a count or a negation
+/// ("two spaces" is not "spaces").
+fn changes_count(extra: &str) -> bool {
+    extra.chars().any(|c| c.is_ascii_digit() || "一二三四五六七八九十两零不没".contains(c))
         || extra
             .split_whitespace()
-            .any(|w| NUMBERS_EN.contains(&w) || ["no", "not", "never", "first", "second", "third", "half"].contains(&w));
-    !changes
+            .any(|w| NUMBERS_EN.contains(&w) || ["no", "not", "never", "first", "second", "third", "half"].contains(&w))
 }
 
 fn canonical_qualifier(attribute: &str, qualifier: Option<&str>, value: &str) -> Option<String> {
@@ -388,7 +412,10 @@ pub(crate) fn find(text: &str, lang: Lang) -> Option<Slot> {
     find_in(&matching).or_else(|| {
         let lower = matching.to_lowercase();
         let at = lower.rfind(" and ").map(|at| at + 5).or_else(|| lower.rfind(", ").map(|at| at + 2)).filter(|_| lang == Lang::En)?;
-        let tail = matching[at..].trim();
+        let mut tail = matching[at..].trim();
+        for conjunction in ["so ", "and ", "but ", "then "] {
+            tail = tail.strip_prefix(conjunction).or_else(|| tail.strip_prefix(&conjunction.to_uppercase())).unwrap_or(tail).trim_start();
+        }
         let first = tail.split_whitespace().next()?.to_lowercase();
         let tail = if ["i", "we", "my", "our"].contains(&first.as_str()) { tail.to_owned() } else { format!("I {tail}") };
         find_in(&tail)
@@ -419,7 +446,17 @@ fn find_in(matching: &str) -> Option<Slot> {
         let value = match attribute {
             "diet" => lookup("diet", &value_text).map_or_else(|| comparable(&value_text), str::to_owned),
             "age" => as_number(&value_text).map_or_else(|| comparable(&value_text), |n| n.to_string()),
-            "pet" => captures.get(0).map(|m| comparable(m.as_str())).unwrap_or_default(),
+            // A count: "two cats", 三只, "a third cat".
+            // One more ("another", 又, もう一匹) is a change whatever the count.
+            "pet" | "family" => {
+                let whole = captures.get(0).map_or("", |m| m.as_str());
+                let more = ["又", "もう", "another", "one more", "a new"].iter().any(|w| whole.to_lowercase().contains(w));
+                let count = captures
+                    .name("count")
+                    .map(|c| as_number(c.as_str()).map_or_else(|| comparable(c.as_str()), |n| n.to_string()))
+                    .unwrap_or_else(|| comparable(whole));
+                if more { format!("one more than {count}") } else { count }
+            }
             _ => comparable(&value_text),
         };
         return Some(Slot { attribute: attribute.to_owned(), many: pattern.many, subject, qualifier, value, value_text });

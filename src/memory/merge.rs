@@ -153,6 +153,45 @@ fn stored_text(clause: &Clause, party: Option<&str>) -> String {
     }
 }
 
+/// The numbers a text names (digits, number words, CJK numerals): a
+/// restatement names the same ones.
+fn numbers(text: &str) -> Vec<String> {
+    const WORDS: &[&str] =
+        &["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "first", "second", "third", "another"];
+    let mut found: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && (w.chars().all(|c| c.is_ascii_digit()) || WORDS.contains(&w.to_lowercase().as_str())))
+        .map(str::to_lowercase)
+        .collect();
+    found.extend(text.chars().filter(|c| "一二三四五六七八九十两".contains(*c)).map(String::from));
+    found.sort();
+    found
+}
+
+/// The part of a correction's right value that stands for the wrong one:
+/// "the flight is on the 15th" for "the 14th" → "the 15th"; 下周四去上海
+/// for 周三 → 周四.
+fn aligned(wrong: &str, right: &str, lang: Lang) -> String {
+    match lang {
+        Lang::En => {
+            let width = wrong.split_whitespace().count();
+            let words: Vec<&str> = right.split_whitespace().collect();
+            if words.len() <= width { right.to_owned() } else { words[words.len() - width..].join(" ") }
+        }
+        _ => {
+            let (w, r): (Vec<char>, Vec<char>) = (wrong.chars().collect(), right.chars().collect());
+            if w.is_empty() || r.len() <= w.len() + 1 {
+                return right.to_owned();
+            }
+            let shared = |window: &[char]| window.iter().zip(&w).filter(|(a, b)| a == b).count();
+            r.windows(w.len())
+                .filter(|window| shared(window) > 0 && shared(window) < w.len())
+                .max_by_key(|window| shared(window))
+                .map_or_else(|| right.to_owned(), |window| window.iter().collect())
+        }
+    }
+}
+
 /// Whether a clause is only a value ("Kyoto", "10am", 青岛).
 fn is_bare_value(body: &str, lang: Lang) -> bool {
     match lang {
@@ -229,7 +268,7 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
     // 3. "GitLab, not GitHub": the memory naming the wrong value, corrected.
     if let Some((wrong, right)) = &clause.substitution
         && let Some(k) = known.iter().find(|k| replace_once(&k.atom.content, wrong, right).is_some())
-        && let Some(corrected) = replace_once(&k.atom.content, wrong, right)
+        && let Some(corrected) = replace_once(&k.atom.content, wrong, &aligned(wrong, right, clause.lang))
     {
         return update(k, corrected, format!("correction: \"{right}\" instead of \"{wrong}\" in memory {}", k.atom.atom_id));
     }
@@ -311,6 +350,7 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
     if !clause.cues.cessation
         && let Some((k, cosine)) = known
             .iter()
+            .filter(|k| numbers(&k.atom.content) == numbers(&clause.body))
             .take(PARAPHRASE_CANDIDATES)
             .filter_map(|k| similarity(&clause.body, &k.atom.content).map(|c| (k, c)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
