@@ -211,7 +211,8 @@ fn strip_trailers(text: &str, lang: Lang) -> String {
     let mut s = text.trim().trim_end_matches(['.', '。', '!', '！', '~', '～', '…']).trim().to_owned();
     if lang == Lang::En {
         for tail in [", though", " though", ", too", " too", " as well", ", lol", " lol", " haha"] {
-            if s.to_lowercase().ends_with(tail) {
+            // ASCII folding keeps byte offsets (a full lowercase may not).
+            if s.to_ascii_lowercase().ends_with(tail) {
                 s.truncate(s.len() - tail.len());
             }
         }
@@ -458,7 +459,8 @@ static AND_NEW_STATEMENT: LazyLock<Regex> = LazyLock::new(|| {
 /// Applies a correction inside one sentence ("Leeds — sorry, I meant
 /// Bath"): what follows the cue replaces the value just said.
 fn inline_correction(sentence: &str, lang: Lang) -> String {
-    let lower = sentence.to_lowercase();
+    // ASCII folding keeps byte offsets in `sentence` valid.
+    let lower = sentence.to_ascii_lowercase();
     for cue in phrases("inline", lang) {
         let Some(at) = lower.find(cue.as_str()) else { continue };
         if at == 0 {

@@ -410,9 +410,9 @@ fn canonical_qualifier(attribute: &str, qualifier: Option<&str>, value: &str) ->
 pub(crate) fn find(text: &str, lang: Lang) -> Option<Slot> {
     let matching = for_matching(text, lang);
     find_in(&matching).or_else(|| {
-        let lower = matching.to_lowercase();
+        let lower = matching.to_ascii_lowercase();
         let at = lower.rfind(" and ").map(|at| at + 5).or_else(|| lower.rfind(", ").map(|at| at + 2)).filter(|_| lang == Lang::En)?;
-        let mut tail = matching[at..].trim();
+        let mut tail = matching.get(at..)?.trim();
         for conjunction in ["so ", "and ", "but ", "then "] {
             tail = tail.strip_prefix(conjunction).or_else(|| tail.strip_prefix(&conjunction.to_uppercase())).unwrap_or(tail).trim_start();
         }

@@ -152,3 +152,33 @@ fn stored_canonical_memories_are_read_back() {
     assert_eq!(read("Has got two cats at home").map(|s| s.0), Some("pet".to_owned()));
     assert_eq!(read("Is vegetarian"), Some(("diet".to_owned(), "vegetarian".to_owned())));
 }
+
+#[test]
+fn hostile_text_never_panics() {
+    let long = "I live in Portland and ".repeat(500);
+    for text in [
+        "",
+        "   ",
+        "...!!!???",
+        "İİİ and I live in Oslo, so now I commute by bike",
+        "I live in Leeds — sorry, I meant K\u{212A}\u{212A}",
+        "\u{212A}, though",
+        "SHE\u{0130} turned 8, too",
+        "She turned 8 \u{212A}",
+        "我妹妹住在天津，不对，",
+        "不对，是",
+        "、、、、",
+        "実は、",
+        "Sorry, I meant",
+        "I meant , not ",
+        "🙂🙂 I love 🍣, and I'm allergic to 🥜 too 🙂",
+        long.as_str(),
+    ] {
+        for fact in user_facts(text) {
+            let _ = Clause::read(&fact);
+            let _ = third_person(&fact);
+        }
+        let _ = Clause::read(text);
+        let _ = Clause::read_memory(text);
+    }
+}

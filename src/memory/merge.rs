@@ -127,9 +127,9 @@ fn most_about<'k>(text: &str, known: &'k [Known]) -> Option<&'k Known> {
 
 /// `haystack` with the first case-insensitive `needle` replaced.
 fn replace_once(haystack: &str, needle: &str, with: &str) -> Option<String> {
-    let at = haystack.to_lowercase().find(&needle.to_lowercase())?;
-    haystack.get(at..at + needle.len())?;
-    Some(format!("{}{with}{}", &haystack[..at], &haystack[at + needle.len()..]))
+    let at = haystack.to_ascii_lowercase().find(&needle.to_ascii_lowercase())?;
+    let (before, after) = (haystack.get(..at)?, haystack.get(at + needle.len()..)?);
+    Some(format!("{before}{with}{after}"))
 }
 
 /// The fact as stored: the speaker's words in the third person, a pronoun
@@ -138,11 +138,9 @@ fn stored_text(clause: &Clause, party: Option<&str>) -> String {
     let text = third_person(&clause.body);
     let Some(party) = party else { return text };
     let Some(Subject::Pronoun(pronoun)) = clause.slot.as_ref().map(|s| &s.subject) else { return text };
-    let lower = text.to_lowercase();
-    if !lower.starts_with(pronoun.as_str()) {
+    let Some(rest) = text.get(pronoun.len()..).filter(|_| text.to_ascii_lowercase().starts_with(pronoun.as_str())) else {
         return text;
-    }
-    let rest = &text[pronoun.len()..];
+    };
     match clause.lang {
         Lang::En => {
             let mut chars = party.chars();
@@ -657,5 +655,32 @@ mod decisions {
         assert_eq!(planned[0].previous_memory.as_deref(), Some("Lives in Portland"));
         assert!(planned[0].why.as_deref().unwrap_or_default().contains("home"), "{planned:?}");
         assert_eq!(active(&memory, &caller), ["Lives in Portland"]);
+    }
+}
+
+#[cfg(test)]
+mod hostile {
+    use super::*;
+    use crate::scope::Scope;
+
+    #[test]
+    fn odd_text_merges_without_panicking() {
+        let memory = Memory::open_in_memory().unwrap();
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u"), "test");
+        let facts: Vec<String> = [
+            "My daughter is 7",
+            "SHE\u{0130} turned 8",
+            "she turned \u{212A}",
+            "I meant \u{212A}, not 7",
+            "Sorry, I meant GİtLab, not 7",
+            "I don't \u{212A} anymore",
+            "İ switched from \u{212A} to Vim",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let results = memory.merge_facts(&caller, &facts, "user").unwrap();
+        assert_eq!(results.len(), facts.len());
+        assert!(memory.merge_facts_with(&caller, &facts, "user", true).is_ok());
     }
 }
