@@ -139,6 +139,31 @@ impl Semantic {
         Ok(vector)
     }
 
+    /// This model's vectors for several queries (a dialogue's parts): the
+    /// ones seen lately from the cache, the others in one batch.
+    pub fn embed_queries(&self, queries: &[&str]) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
+        let mut vectors: Vec<Option<Vec<f32>>> = {
+            let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            queries.iter().map(|q| cache.get(*q).cloned()).collect()
+        };
+        let missing: Vec<&str> = queries.iter().zip(&vectors).filter(|(_, v)| v.is_none()).map(|(q, _)| *q).collect();
+        if !missing.is_empty() {
+            let fresh = self.embedder.embed_queries(&missing)?;
+            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.len() + fresh.len() > QUERY_CACHE_ENTRIES {
+                cache.clear();
+            }
+            let mut fresh = missing.iter().zip(fresh);
+            for slot in vectors.iter_mut().filter(|v| v.is_none()) {
+                if let Some((query, vector)) = fresh.next() {
+                    cache.insert((*query).to_owned(), vector.clone());
+                    *slot = Some(vector);
+                }
+            }
+        }
+        Ok(vectors.into_iter().flatten().collect())
+    }
+
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {

@@ -62,16 +62,18 @@ fn segment_list(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>, par
     let mut models = 0usize;
     for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
         let mut per_model: HashMap<AtomId, f32> = HashMap::new();
-        for (index, part) in parts.iter().enumerate() {
+        // The parts not seen lately are embedded in one batch.
+        let texts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let vectors = match s.embed_queries(&texts) {
+            Ok(vectors) if vectors.len() == parts.len() => vectors,
+            Ok(_) | Err(_) => {
+                tracing::warn!(model = s.embedder.id(), "query part embedding failed; this model sits out the dialogue list");
+                continue;
+            }
+        };
+        for (index, vector) in vectors.iter().enumerate() {
             let weight = config.part_decay.clamp(0.0, 1.0).powi((parts.len() - 1 - index) as i32);
-            let vector = match s.embed_query(part) {
-                Ok(vector) => vector,
-                Err(error) => {
-                    tracing::warn!(%error, model = s.embedder.id(), "query part embedding failed");
-                    continue;
-                }
-            };
-            let hits = search(s, query, &vector, config)?;
+            let hits = search(s, query, vector, config)?;
             let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
             let spread = (high - low).max(f32::EPSILON);
             for (id, cosine) in hits {

@@ -95,19 +95,11 @@ impl Embedder for E5Embedder {
     }
 
     fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let owned: Vec<CString> = texts.iter().map(|t| c_text(t)).collect();
-        let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
-        let mut out = vec![0.0f32; texts.len() * self.dims];
-        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // SAFETY: pointers outlive the call; out holds n * dims floats.
-        let status = unsafe { e5_embed_batch(model.0, pointers.as_ptr(), pointers.len() as c_int, 0, out.as_mut_ptr()) };
-        if status != 0 {
-            return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
-        }
-        Ok(out.chunks(self.dims).map(<[f32]>::to_vec).collect())
+        self.batch(texts, false)
+    }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.batch(texts, true)
     }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
@@ -120,5 +112,24 @@ impl Embedder for E5Embedder {
             return Err(EmbedError::Backend(format!("e5_embed returned {status}")));
         }
         Ok(out)
+    }
+}
+
+impl E5Embedder {
+    /// One `e5_embed_batch` call (parallel across texts in the engine).
+    fn batch(&self, texts: &[&str], queries: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owned: Vec<CString> = texts.iter().map(|t| c_text(t)).collect();
+        let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let mut out = vec![0.0f32; texts.len() * self.dims];
+        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: pointers outlive the call; out holds n * dims floats.
+        let status = unsafe { e5_embed_batch(model.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
+        if status != 0 {
+            return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
+        }
+        Ok(out.chunks(self.dims).map(<[f32]>::to_vec).collect())
     }
 }

@@ -52,6 +52,12 @@ pub trait Embedder: Send + Sync {
     fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
     /// Embeds a query, L2-normalized.
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError>;
+    /// Embeds several queries (the parts of a dialogue), each as
+    /// [`Embedder::embed_query`] would; a backend that batches runs them at
+    /// once.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts.iter().map(|t| self.embed_query(t)).collect()
+    }
     /// Languages the model understands (`None`: any). Queries in other
     /// languages skip semantic search rather than add noise.
     fn languages(&self) -> Option<&[String]> {
