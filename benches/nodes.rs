@@ -21,49 +21,16 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::percentile_ms;
+use common::{Virtuoso, percentile_ms};
 
 const NODE_SECRET: &str = "bench-node-secret";
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/virtuoso.sh")
-}
-
-/// A throwaway Virtuoso: the environment that selects it, stopped on drop.
-struct Virtuoso {
-    dir: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl Virtuoso {
-    fn start(dir: &Path) -> Virtuoso {
-        let out = Command::new(script()).arg("start").arg(dir).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let value = |name: &str| {
-            text.lines().find_map(|l| l.strip_prefix(&format!("export {name}='")).and_then(|v| v.strip_suffix('\''))).unwrap().to_owned()
-        };
-        let env = vec![
-            ("HMG_STORE_URL".to_owned(), value("HMG_TEST_VIRTUOSO_QUERY")),
-            ("HMG_STORE_USER".to_owned(), value("HMG_TEST_VIRTUOSO_USER")),
-            ("HMG_STORE_PASSWORD".to_owned(), value("HMG_TEST_VIRTUOSO_PASSWORD")),
-        ];
-        Virtuoso { dir: dir.to_path_buf(), env }
-    }
-}
-
-impl Drop for Virtuoso {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("stop").arg(&self.dir).output();
-    }
-}
 
 /// One `hmg serve` process, killed on drop.
 struct Node {
@@ -209,7 +176,7 @@ fn scenario(name: &'static str, shape: Shape, writers: usize, seconds: f64) -> R
         Shape::Embedded => None,
         _ => Some(Virtuoso::start(&tmp.path().join("virtuoso"))),
     };
-    let store_env = virtuoso.as_ref().map(|v| v.env.clone()).unwrap_or_default();
+    let store_env = virtuoso.as_ref().map(Virtuoso::env).unwrap_or_default();
     let mut nodes = Vec::new();
     let targets = match shape {
         Shape::Embedded | Shape::OneNode => {

@@ -10,52 +10,19 @@
 // A failed unwrap is a failed bench; reports go to stdout.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hmg::{Caller, MemorizeRequest, Memory, MemoryOptions, RecallRequest, RemoteConfig, Scope, StoreCredentials};
+use hmg::{Caller, MemorizeRequest, Memory, MemoryOptions, RecallRequest, Scope};
 
 mod common;
 
-use common::{percentile_ms, sentence};
+use common::{Virtuoso, percentile_ms, sentence};
 
 fn options() -> MemoryOptions {
     if std::env::var_os("HMG_BENCH_EMBEDDER").is_some() {
         MemoryOptions::default()
     } else {
         MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled)
-    }
-}
-
-struct Virtuoso(std::path::PathBuf, String);
-
-impl Virtuoso {
-    fn start(dir: &Path) -> Virtuoso {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/virtuoso.sh");
-        let out = Command::new(&script).arg("start").arg(dir).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let env = String::from_utf8_lossy(&out.stdout).into_owned();
-        let url = env
-            .lines()
-            .find_map(|l| l.strip_prefix("export HMG_TEST_VIRTUOSO_QUERY='").and_then(|v| v.strip_suffix('\'')))
-            .unwrap()
-            .to_owned();
-        Virtuoso(dir.to_path_buf(), url)
-    }
-
-    fn config(&self) -> RemoteConfig {
-        RemoteConfig {
-            credentials: StoreCredentials::Password { user: "hmg".into(), password: "hmg-test-secret".into() },
-            ..RemoteConfig::new(self.1.clone())
-        }
-    }
-}
-
-impl Drop for Virtuoso {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/virtuoso.sh");
-        let _ = Command::new(script).arg("stop").arg(&self.0).output();
     }
 }
 

@@ -1,4 +1,5 @@
-//! Shared by the benches: a generator of synthetic multilingual atoms.
+//! Shared by the benches: a generator of synthetic multilingual atoms, and
+//! a throwaway Virtuoso for the remote-store benches.
 
 #![allow(dead_code)]
 
@@ -41,4 +42,62 @@ pub(crate) fn rss_mib() -> f64 {
             s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A throwaway Virtuoso started by `scripts/virtuoso.sh`, stopped (and its
+/// files removed) on drop.
+pub(crate) struct Virtuoso {
+    dir: std::path::PathBuf,
+    /// Query + update endpoint (HTTP Digest).
+    pub(crate) url: String,
+    user: String,
+    password: String,
+}
+
+fn virtuoso_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/virtuoso.sh")
+}
+
+impl Virtuoso {
+    /// Starts one with its database in `dir`.
+    pub(crate) fn start(dir: &std::path::Path) -> Virtuoso {
+        let out = std::process::Command::new(virtuoso_script()).arg("start").arg(dir).output().expect("scripts/virtuoso.sh runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}='")).and_then(|v| v.strip_suffix('\'')))
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+                .to_owned()
+        };
+        Virtuoso {
+            dir: dir.to_path_buf(),
+            url: value("HMG_TEST_VIRTUOSO_QUERY"),
+            user: value("HMG_TEST_VIRTUOSO_USER"),
+            password: value("HMG_TEST_VIRTUOSO_PASSWORD"),
+        }
+    }
+
+    /// The SDK's settings for this store.
+    pub(crate) fn config(&self) -> hmg::RemoteConfig {
+        hmg::RemoteConfig {
+            credentials: hmg::StoreCredentials::Password { user: self.user.clone(), password: self.password.clone() },
+            ..hmg::RemoteConfig::new(self.url.clone())
+        }
+    }
+
+    /// The environment that points an `hmg` process at this store.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("HMG_STORE_URL".to_owned(), self.url.clone()),
+            ("HMG_STORE_USER".to_owned(), self.user.clone()),
+            ("HMG_STORE_PASSWORD".to_owned(), self.password.clone()),
+        ]
+    }
+}
+
+impl Drop for Virtuoso {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(virtuoso_script()).arg("stop").arg(&self.dir).output();
+    }
 }

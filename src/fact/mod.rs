@@ -25,9 +25,9 @@ pub(crate) use slot::{Slot, Subject};
 /// The script family a clause is read with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lang {
-    En,
-    Zh,
-    Ja,
+    En = 0,
+    Zh = 1,
+    Ja = 2,
 }
 
 pub(crate) fn lang_of(text: &str) -> Lang {
@@ -361,25 +361,36 @@ fn speaks_of_self(text: &str, lang: Lang) -> bool {
     }
 }
 
+/// Filler, chatter, social and opener phrases of each language, longest
+/// first (built once; every clause is checked against them).
+static CHATTER: LazyLock<[Vec<String>; 3]> = LazyLock::new(|| {
+    [Lang::En, Lang::Zh, Lang::Ja].map(|lang| {
+        let mut all: Vec<String> =
+            FILLER.iter().chain(phrases("chatter", lang)).chain(phrases("social", lang)).chain(phrases("prefix", lang)).cloned().collect();
+        all.sort_by_key(|p| std::cmp::Reverse(p.chars().count()));
+        all
+    })
+});
+
 /// What is left of `text` once every filler, chatter and social phrase is
 /// taken out: nothing (no letters) means the clause says nothing.
 fn is_only_chatter(text: &str, lang: Lang) -> bool {
-    let mut rest = format!(" {} ", text.to_lowercase());
-    let mut all: Vec<&String> =
-        FILLER.iter().chain(phrases("chatter", lang)).chain(phrases("social", lang)).chain(phrases("prefix", lang)).collect();
-    all.sort_by_key(|p| std::cmp::Reverse(p.chars().count()));
-    {
+    let all = &CHATTER[lang as usize];
+    let mut rest = text.to_lowercase();
+    if lang == Lang::En {
+        // Words only: punctuation (but the apostrophe) is a word break.
+        rest = rest.replace(|c: char| c.is_ascii_punctuation() && c != '\'', " ");
+        rest = format!(" {} ", rest.split_whitespace().collect::<Vec<_>>().join(" "));
         for phrase in all {
-            if lang == Lang::En {
-                let pattern = format!(" {phrase} ");
-                while let Some(at) = rest.find(&pattern) {
-                    rest.replace_range(at..at + pattern.len(), "  ");
-                }
-                rest = rest.replace(|c: char| c.is_ascii_punctuation() && c != '\'', " ");
-                rest = format!(" {} ", rest.split_whitespace().collect::<Vec<_>>().join(" "));
-            } else {
-                rest = rest.replace(phrase.as_str(), " ");
+            let pattern = format!(" {phrase} ");
+            while let Some(at) = rest.find(&pattern) {
+                rest.replace_range(at..at + pattern.len(), "  ");
             }
+            rest = format!(" {} ", rest.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    } else {
+        for phrase in all {
+            rest = rest.replace(phrase.as_str(), " ");
         }
     }
     !rest.chars().any(char::is_alphanumeric)

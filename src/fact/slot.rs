@@ -287,15 +287,20 @@ const TIME_WORDS_CJK: &[&str] = &[
     "近頃",
 ];
 
+/// [`TIME_WORDS_CJK`], longest first ("最近は" before "最近").
+static TIME_WORDS_LONGEST_FIRST: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut times = TIME_WORDS_CJK.to_vec();
+    times.sort_by_key(|t| std::cmp::Reverse(t.chars().count()));
+    times
+});
+
 /// The clause as the patterns see it.
 fn for_matching(text: &str, lang: Lang) -> String {
     let text: String = text.nfkc().collect::<String>().replace(['’', '‘'], "'");
     if lang != Lang::En {
         let mut text = text.trim().trim_end_matches(['。', '！', '!', '.']).to_owned();
         // When it happened says nothing about which slot it fills.
-        let mut times = TIME_WORDS_CJK.to_vec();
-        times.sort_by_key(|t| std::cmp::Reverse(t.chars().count()));
-        for time in times {
+        for time in TIME_WORDS_LONGEST_FIRST.iter() {
             text = text.replace(time, "");
         }
         let text = text.trim_start_matches(['、', '，', ',', ' ', '：', ':']);
