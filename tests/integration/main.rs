@@ -8,6 +8,7 @@ mod brief;
 mod cli;
 mod correct;
 mod crash;
+mod embed;
 mod export;
 mod fuzz;
 mod govern;
