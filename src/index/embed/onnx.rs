@@ -16,9 +16,29 @@ fn threads() -> usize {
     std::env::var("HMG_EMBED_THREADS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(1)
 }
 
+/// ONNX Runtime intra-op threads for batches of passages
+/// (`HMG_EMBED_BULK_THREADS`, default every core): a batch runs long enough
+/// that the other engine's spinning workers do not matter, and two threads
+/// embed 1.8x as many passages per second as one (`benches/embed.rs`).
+fn bulk_threads() -> usize {
+    std::env::var("HMG_EMBED_BULK_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+}
+
+/// Batches of at least this many passages go to the bulk session.
+const BULK_MIN_TEXTS: usize = 8;
+
 /// An ONNX sentence-embedding model with mean pooling.
 pub struct OnnxEmbedder {
     model: Mutex<TextEmbedding>,
+    /// A second session with [`bulk_threads`] threads, made at the first
+    /// large batch (`None` inside: it could not be made; the first serves).
+    bulk: std::sync::OnceLock<Option<Mutex<TextEmbedding>>>,
+    /// The model's directory (the bulk session reads it again).
+    model_dir: PathBuf,
     id: String,
     dims: usize,
     languages: Option<Vec<String>>,
@@ -61,20 +81,12 @@ impl OnnxEmbedder {
             return Err(EmbedError::Runtime { path: runtime.to_path_buf(), message: "no such file".into() });
         }
         // Read every file first so a missing one is reported before ORT loads.
-        let onnx = read(&model_dir.join("model.onnx"))?;
-        let tokenizer_files = TokenizerFiles {
-            tokenizer_file: read(&model_dir.join("tokenizer.json"))?,
-            config_file: read(&model_dir.join("config.json"))?,
-            special_tokens_map_file: read(&model_dir.join("special_tokens_map.json"))?,
-            tokenizer_config_file: read(&model_dir.join("tokenizer_config.json"))?,
-        };
+        let (onnx, tokenizer_files) = model_files(model_dir)?;
         // Loads the library once per process (later calls are no-ops); ORT then
         // creates its one process-wide environment when the first session is
         // made, so several models can share it.
         let _builder = ort::init_from(runtime).map_err(|e| EmbedError::Runtime { path: runtime.to_path_buf(), message: e.to_string() })?;
-        let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
-        let options = InitOptionsUserDefined::new().with_intra_threads(threads()).with_max_length(256);
-        let mut embedding = TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| EmbedError::Backend(e.to_string()))?;
+        let mut embedding = session(onnx, tokenizer_files, threads())?;
         let probe = embedding.embed(["probe"], None).map_err(|e| EmbedError::Backend(e.to_string()))?;
         let dims = probe.first().map(Vec::len).unwrap_or(0);
         if dims == 0 {
@@ -84,8 +96,51 @@ impl OnnxEmbedder {
         let languages = std::fs::read_to_string(model_dir.join("languages"))
             .ok()
             .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect());
-        Ok(OnnxEmbedder { model: Mutex::new(embedding), id: format!("onnx:{name}:{dims}"), dims, languages })
+        Ok(OnnxEmbedder {
+            model: Mutex::new(embedding),
+            bulk: std::sync::OnceLock::new(),
+            model_dir: model_dir.to_path_buf(),
+            id: format!("onnx:{name}:{dims}"),
+            dims,
+            languages,
+        })
     }
+
+    /// The session for a batch of `n` passages.
+    fn session_for(&self, n: usize) -> &Mutex<TextEmbedding> {
+        let bulk_threads = bulk_threads();
+        if n < BULK_MIN_TEXTS || bulk_threads <= threads() {
+            return &self.model;
+        }
+        let bulk = self.bulk.get_or_init(|| match model_files(&self.model_dir).and_then(|(onnx, files)| session(onnx, files, bulk_threads)) {
+            Ok(session) => Some(Mutex::new(session)),
+            Err(error) => {
+                tracing::warn!(%error, model = %self.id, "no bulk session; batches use the query session");
+                None
+            }
+        });
+        bulk.as_ref().unwrap_or(&self.model)
+    }
+}
+
+/// The model and tokenizer files in `model_dir`.
+fn model_files(model_dir: &Path) -> Result<(Vec<u8>, TokenizerFiles), EmbedError> {
+    Ok((
+        read(&model_dir.join("model.onnx"))?,
+        TokenizerFiles {
+            tokenizer_file: read(&model_dir.join("tokenizer.json"))?,
+            config_file: read(&model_dir.join("config.json"))?,
+            special_tokens_map_file: read(&model_dir.join("special_tokens_map.json"))?,
+            tokenizer_config_file: read(&model_dir.join("tokenizer_config.json"))?,
+        },
+    ))
+}
+
+/// A fastembed session over the model with `threads` intra-op threads.
+fn session(onnx: Vec<u8>, tokenizer_files: TokenizerFiles, threads: usize) -> Result<TextEmbedding, EmbedError> {
+    let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
+    let options = InitOptionsUserDefined::new().with_intra_threads(threads).with_max_length(256);
+    TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| EmbedError::Backend(e.to_string()))
 }
 
 impl Embedder for OnnxEmbedder {
@@ -98,9 +153,21 @@ impl Embedder for OnnxEmbedder {
     }
 
     fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut vectors = model.embed(texts, Some(64)).map_err(|e| EmbedError::Backend(e.to_string()))?;
-        vectors.iter_mut().for_each(|v| normalize(v));
+        // fastembed pads each batch to its longest text: texts of similar
+        // length go together (shortest first), answers in the caller's order.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|i| texts[*i].len());
+        let sorted: Vec<&str> = order.iter().map(|i| texts[*i]).collect();
+        let mut model = self.session_for(texts.len()).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let embedded = model.embed(&sorted, Some(32)).map_err(|e| EmbedError::Backend(e.to_string()))?;
+        if embedded.len() != texts.len() {
+            return Err(EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), texts.len())));
+        }
+        let mut vectors = vec![Vec::new(); texts.len()];
+        for (i, mut vector) in order.into_iter().zip(embedded) {
+            normalize(&mut vector);
+            vectors[i] = vector;
+        }
         Ok(vectors)
     }
 
