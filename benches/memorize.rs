@@ -2,6 +2,11 @@
 //! (override with HMG_BENCH_ATOMS). Synthetic multilingual atoms: English,
 //! Chinese and Japanese, with entities, constraints and guesses.
 //!
+//! Then the write path with the real models (the default ensemble), the way
+//! users take it: one memorize at a time, `hmg import` of a JSON Lines file
+//! (`Memory::import`), and `memorize_many` (HMG_BENCH_BULK atoms each,
+//! default 1000).
+//!
 //! Run: `cargo bench --bench memorize`
 
 // A failed unwrap is a failed test (or bench); reports go to stdout.
@@ -67,4 +72,40 @@ fn main() {
     report("memorize duplicate (no_op)", &mut dedup);
     let stats = memory.stats(&caller).expect("stats");
     println!("store: {} atoms, {} edges, snapshot_version {}", stats.atoms, stats.edges, stats.snapshot_version);
+    drop(memory);
+    with_models(&caller);
+}
+
+/// The write path with embeddings.
+fn with_models(caller: &Caller) {
+    let n: usize = std::env::var("HMG_BENCH_BULK").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let memory = Memory::open(dir.path()).expect("store opens");
+    let models: Vec<&str> = memory.indexes().semantic().iter().map(|s| s.embedder.id()).collect();
+    assert!(!models.is_empty(), "the models are needed (scripts/setup.sh): {:?}", memory.indexes().semantic_note());
+    println!("with embeddings ({})", models.join(" + "));
+    // Distinct texts per case (offsets), so no case dedups another's.
+    let mut one = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        memory.memorize(caller, MemorizeRequest::new(sentence(1_000_000 + i))).expect("memorize");
+        one.push(t.elapsed());
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    println!("  one at a time: {rate:.0} memories/s");
+    report("  memorize with embeddings", &mut one);
+
+    let input: String =
+        (0..n).map(|i| format!("{}\n", serde_json::json!({ "content": sentence(2_000_000 + i), "source": "user" }))).collect();
+    let started = Instant::now();
+    let imported = memory.import(caller, &mut input.as_bytes(), &mut |_| {}).expect("import");
+    assert_eq!(imported.applied, n);
+    println!("  import (JSON Lines): {:.0} memories/s", n as f64 / started.elapsed().as_secs_f64());
+
+    let requests: Vec<MemorizeRequest> = (0..n).map(|i| MemorizeRequest::new(sentence(3_000_000 + i))).collect();
+    let started = Instant::now();
+    let outcomes = memory.memorize_many(caller, requests).expect("memorize_many");
+    assert!(outcomes.iter().all(|o| o.effect == Effect::Applied));
+    println!("  memorize_many: {:.0} memories/s", n as f64 / started.elapsed().as_secs_f64());
 }

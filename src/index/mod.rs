@@ -266,10 +266,29 @@ impl Indexes {
         self.graph.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Embeds one atom's text with every model, in `semantic()` order
-    /// (before its write).
-    pub(crate) fn embed_atom(&self, atom: &Atom) -> Vec<Option<Vec<f32>>> {
-        self.semantic.iter().map(|s| s.embed(atom)).collect()
+    /// Embeds several atoms with every model, one call per model (the
+    /// engines batch); per atom, the vectors in `semantic()` order.
+    pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {
+        let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
+        let texts: Vec<(usize, String)> = atoms.iter().enumerate().filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t))).collect();
+        if texts.is_empty() {
+            return vectors;
+        }
+        let refs: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
+        for (model, s) in self.semantic.iter().enumerate() {
+            match s.embedder.embed_passages(&refs) {
+                Ok(embedded) if embedded.len() == refs.len() => {
+                    for ((i, _), vector) in texts.iter().zip(embedded) {
+                        vectors[*i][model] = Some(vector);
+                    }
+                }
+                Ok(_) => tracing::warn!(model = s.embedder.id(), "the model returned too few vectors; these atoms are indexed without it"),
+                Err(error) => {
+                    tracing::warn!(%error, atoms = atoms.len(), model = s.embedder.id(), "embedding failed; these atoms are indexed without this vector");
+                }
+            }
+        }
+        vectors
     }
 
     /// Coverage counts for `tenant`: (keyword, semantic — atoms with a

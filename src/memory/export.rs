@@ -109,6 +109,17 @@ impl From<&Atom> for ExportRecord {
     }
 }
 
+/// What became of one import line: the atom, the effect, why.
+type LineOutcome = (Option<String>, Effect, Option<String>);
+
+/// One import line, read.
+enum ImportLine {
+    /// A full record to restore as it was.
+    Restore(Box<ExportRecord>),
+    /// A memory to memorize.
+    Memorize(MemorizeRequest),
+}
+
 /// A simple import line: a memory to memorize.
 #[derive(Debug, Clone, Deserialize)]
 struct SimpleLine {
@@ -199,23 +210,73 @@ impl Memory {
     }
 
     /// Imports JSON Lines: full records (as exported, with `atom_id`) are
-    /// restored as they were; lines with only `content` (and optionally
-    /// `source`, `kind`, `session_id`, `created_at`, `expires_at`) are memorized. Each line
-    /// is its own transaction: `on_line` hears about it after it committed.
+    /// restored as they were, each in its own transaction; lines with only
+    /// `content` (and optionally `source`, `kind`, `session_id`,
+    /// `created_at`, `expires_at`) are memorized in groups of consecutive
+    /// lines, 8 at first and doubling up to [`super::MEMORIZE_BATCH`] (one
+    /// embedding call per model and one transaction per group; see
+    /// [`Memory::memorize_many`]).
+    /// `on_line` hears about each line, in order, after it committed.
     pub fn import(&self, caller: &Caller, input: &mut dyn BufRead, on_line: &mut dyn FnMut(&ImportedLine)) -> Result<ImportReport> {
         let mut report = ImportReport::default();
+        // Lines read but not reported yet: their answer, or the request
+        // waiting for the group's write.
+        let mut pending: Vec<(usize, std::result::Result<LineOutcome, MemorizeRequest>)> = Vec::new();
+        // Groups grow from 8 lines to a full batch: the first lines are
+        // acknowledged soon, a long import runs at batch speed.
+        let mut group = 8;
         for (index, line) in input.lines().enumerate() {
             let line = line.map_err(|source| MemoryError::Store(StoreError::Io { path: "<import input>".into(), source }))?;
             if line.trim().is_empty() {
                 continue;
             }
             report.lines += 1;
-            let outcome = match self.import_line(caller, &line) {
-                Ok(outcome) => outcome,
-                Err(error) if crate::fault::Classified::fault(&error).is_callers() => (None, Effect::Rejected, Some(error.to_string())),
-                Err(error) => return Err(error),
+            let parsed = match self.read_import_line(&line) {
+                Ok(ImportLine::Memorize(request)) => Err(request),
+                Ok(ImportLine::Restore(record)) => {
+                    self.flush_import(caller, &mut pending, &mut report, on_line)?;
+                    Ok(self.restore(caller, *record))
+                }
+                Err(error) => Ok(Err(error)),
             };
-            let imported = ImportedLine { line: index + 1, atom_id: outcome.0, effect: outcome.1, reason: outcome.2 };
+            let parsed = match parsed {
+                Ok(Ok(outcome)) => Ok(outcome),
+                Ok(Err(error)) if crate::fault::Classified::fault(&error).is_callers() => Ok((None, Effect::Rejected, Some(error.to_string()))),
+                Ok(Err(error)) => return Err(error),
+                Err(request) => Err(request),
+            };
+            pending.push((index, parsed));
+            if pending.iter().filter(|(_, p)| p.is_err()).count() >= group {
+                self.flush_import(caller, &mut pending, &mut report, on_line)?;
+                group = (group * 2).min(super::MEMORIZE_BATCH);
+            }
+        }
+        self.flush_import(caller, &mut pending, &mut report, on_line)?;
+        Ok(report)
+    }
+
+    /// Writes the waiting requests in one group and reports every pending
+    /// line in order.
+    fn flush_import(
+        &self,
+        caller: &Caller,
+        pending: &mut Vec<(usize, std::result::Result<LineOutcome, MemorizeRequest>)>,
+        report: &mut ImportReport,
+        on_line: &mut dyn FnMut(&ImportedLine),
+    ) -> Result<()> {
+        let mut lines = std::mem::take(pending);
+        let requests: Vec<MemorizeRequest> =
+            lines.iter_mut().filter_map(|(_, p)| p.as_mut().err().map(|r| std::mem::replace(r, MemorizeRequest::new(String::new())))).collect();
+        let mut outcomes = if requests.is_empty() { Vec::new() } else { self.memorize_many(caller, requests)? }.into_iter();
+        for (index, line) in lines {
+            let (atom_id, effect, reason) = match line {
+                Ok(outcome) => outcome,
+                Err(_) => match outcomes.next() {
+                    Some(outcome) => (outcome.atom_id, outcome.effect, outcome.reason),
+                    None => (None, Effect::Rejected, Some("internal: no outcome for this line".to_owned())),
+                },
+            };
+            let imported = ImportedLine { line: index + 1, atom_id, effect, reason };
             match imported.effect {
                 Effect::Applied => report.applied += 1,
                 Effect::NoOp => report.no_op += 1,
@@ -223,10 +284,10 @@ impl Memory {
             }
             on_line(&imported);
         }
-        Ok(report)
+        Ok(())
     }
 
-    fn import_line(&self, caller: &Caller, line: &str) -> Result<(Option<String>, Effect, Option<String>)> {
+    fn read_import_line(&self, line: &str) -> Result<ImportLine> {
         crate::limits::check_nesting(line, crate::limits::Syntax::Json, crate::limits::JSON_MAX_NESTING)
             .map_err(|e| MemoryError::invalid("line", e.to_string()))?;
         let value: serde_json::Value =
@@ -234,7 +295,7 @@ impl Memory {
         if value.get("atom_id").is_some() {
             let record: ExportRecord =
                 serde_json::from_value(value).map_err(|e| MemoryError::invalid("line", format!("not an export record: {e}")))?;
-            return self.restore(caller, record);
+            return Ok(ImportLine::Restore(Box::new(record)));
         }
         let simple: SimpleLine = serde_json::from_value(value)
             .map_err(|e| MemoryError::invalid("line", format!("expected an object with a \"content\" string: {e}")))?;
@@ -250,11 +311,10 @@ impl Memory {
         if let Some(expires_at) = simple.expires_at {
             request.expires_at = Some(parse_time("expires_at", &expires_at)?);
         }
-        let outcome = self.memorize(caller, request)?;
-        Ok((outcome.atom_id, outcome.effect, outcome.reason))
+        Ok(ImportLine::Memorize(request))
     }
 
-    fn restore(&self, caller: &Caller, record: ExportRecord) -> Result<(Option<String>, Effect, Option<String>)> {
+    fn restore(&self, caller: &Caller, record: ExportRecord) -> Result<LineOutcome> {
         let tenant = &caller.scope.tenant_id;
         let id = parse_atom_id(&record.atom_id).map_err(|e| MemoryError::invalid("atom_id", e.to_string()))?;
         if self.atom(tenant, id)?.is_some() {

@@ -66,7 +66,7 @@ pub use reflect::{
     ReflectAction, ReflectCounts, ReflectFilters, ReflectLifecycle, ReflectPromotion, ReflectReport, ReflectRequest, ReflectSummary,
     parse_iso8601,
 };
-pub use write::{HandoffOutcome, HandoffRequest, MemorizeOutcome, MemorizeRequest};
+pub use write::{HandoffOutcome, HandoffRequest, MEMORIZE_BATCH, MemorizeOutcome, MemorizeRequest};
 
 /// Longest memory (memorize, replace, lesson), in characters.
 pub const MAX_CONTENT_CHARS: usize = 4_000;
@@ -579,8 +579,9 @@ impl Memory {
         }
         let audit_ids: Vec<Ulid> = mutations.iter().map(|_| self.next_id()).collect();
         // Embed before taking the writer lock: no model runs under it.
+        let created: Vec<&Atom> = mutations.iter().filter_map(|m| m.created.map(|(atom, _)| atom)).collect();
         let vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)> =
-            mutations.iter().filter_map(|m| m.created.map(|(atom, _)| (atom.id, self.indexes.embed_atom(atom)))).collect();
+            created.iter().map(|atom| atom.id).zip(self.indexes.embed_atoms(&created)).collect();
         let destroys = mutations.iter().any(|m| m.destroy_content);
         if destroys {
             self.store.mark_vacuum_pending()?;

@@ -92,6 +92,31 @@ impl MemorizeOutcome {
     }
 }
 
+/// How many new memories [`Memory::memorize_many`] writes per transaction
+/// (and embeds per model call).
+pub const MEMORIZE_BATCH: usize = 64;
+
+/// What `memorize` decided before writing.
+enum Prepared {
+    /// Nothing to write: a duplicate or a rejection.
+    Answered(MemorizeOutcome),
+    /// A new memory to write.
+    New(NewAtom),
+}
+
+/// A memory about to be written.
+struct NewAtom {
+    atom: Atom,
+    entities: Vec<text::Entity>,
+    redactions: Vec<String>,
+}
+
+impl NewAtom {
+    fn outcome(self) -> MemorizeOutcome {
+        MemorizeOutcome { atom_id: Some(self.atom.id.to_string()), effect: Effect::Applied, reason: None, deduped_with: None, redactions: self.redactions }
+    }
+}
+
 /// Input of `memory_handoff`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandoffRequest {
@@ -241,6 +266,66 @@ impl Memory {
     #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
     pub fn memorize(&self, caller: &Caller, request: MemorizeRequest) -> Result<MemorizeOutcome> {
         let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        match self.prepare_memorize(caller, request, &std::collections::HashMap::new())? {
+            Prepared::Answered(outcome) => Ok(outcome),
+            Prepared::New(new) => {
+                self.apply(caller, Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") })?;
+                tracing::info!(atom = %new.atom.id, "memorized");
+                Ok(new.outcome())
+            }
+        }
+    }
+
+    /// Several `memorize` requests of one caller (bulk import, evaluation
+    /// ingest, a burst): each is checked and deduplicated as `memorize`
+    /// would (also against the earlier ones of the batch), then the new
+    /// memories are embedded in one call per model and written in one
+    /// transaction per [`MEMORIZE_BATCH`] of them. Outcomes come back in
+    /// request order. On an error, the groups written before it stay
+    /// written (each with its audit entries) and later ones are not.
+    #[tracing::instrument(skip(self, requests), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor, requests = requests.len()))]
+    pub fn memorize_many(&self, caller: &Caller, requests: Vec<MemorizeRequest>) -> Result<Vec<MemorizeOutcome>> {
+        let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            // One group: its answers in order, the new atoms among them.
+            let mut group: Vec<std::result::Result<MemorizeOutcome, NewAtom>> = Vec::new();
+            let mut seen: std::collections::HashMap<String, AtomId> = std::collections::HashMap::new();
+            let mut fresh = 0usize;
+            while fresh < MEMORIZE_BATCH
+                && let Some(request) = requests.next()
+            {
+                match self.prepare_memorize(caller, request, &seen)? {
+                    Prepared::Answered(outcome) => group.push(Ok(outcome)),
+                    Prepared::New(new) => {
+                        seen.insert(text::content_hash(new.atom.content.as_deref().unwrap_or_default()), new.atom.id);
+                        fresh += 1;
+                        group.push(Err(new));
+                    }
+                }
+            }
+            let mutations: Vec<Mutation<'_>> = group
+                .iter()
+                .filter_map(|item| item.as_ref().err())
+                .map(|new| Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") })
+                .collect();
+            self.apply_all(caller, mutations, super::FailAfter::default())?;
+            tracing::info!(memorized = fresh, "memorized a batch");
+            outcomes.extend(group.into_iter().map(|item| item.unwrap_or_else(|new| new.outcome())));
+        }
+        Ok(outcomes)
+    }
+
+    /// Everything `memorize` decides before writing: the answer, or the
+    /// atom to write. `seen` maps content hashes to atoms about to be
+    /// written in the same batch.
+    fn prepare_memorize(
+        &self,
+        caller: &Caller,
+        request: MemorizeRequest,
+        seen: &std::collections::HashMap<String, AtomId>,
+    ) -> Result<Prepared> {
         if !matches!(request.kind, Kind::Fact | Kind::Episode) {
             return Err(MemoryError::invalid(
                 "kind",
@@ -250,20 +335,21 @@ impl Memory {
         let source = clean_source(request.source.as_deref(), "agent")?;
         let admitted = match admit("content", &request.content, super::MAX_CONTENT_CHARS) {
             Ok(admitted) => admitted,
-            Err(reason) => return Ok(MemorizeOutcome::rejected(reason)),
+            Err(reason) => return Ok(Prepared::Answered(MemorizeOutcome::rejected(reason))),
         };
-        match self.find_duplicate(&caller.scope, &admitted.text)? {
+        let earlier = seen.get(&text::content_hash(&admitted.text)).copied().map(Duplicate::Existing);
+        match earlier.map_or_else(|| self.find_duplicate(&caller.scope, &admitted.text), |d| Ok(Some(d)))? {
             Some(Duplicate::Existing(existing)) => {
-                return Ok(MemorizeOutcome {
+                return Ok(Prepared::Answered(MemorizeOutcome {
                     atom_id: Some(existing.to_string()),
                     effect: Effect::NoOp,
                     reason: Some("exact duplicate of an existing memory in this scope".to_owned()),
                     deduped_with: Some(existing.to_string()),
                     redactions: admitted.redactions,
-                });
+                }));
             }
             Some(Duplicate::Negated(negated)) => {
-                return Ok(MemorizeOutcome {
+                return Ok(Prepared::Answered(MemorizeOutcome {
                     atom_id: None,
                     effect: Effect::Rejected,
                     reason: Some(format!(
@@ -271,7 +357,7 @@ impl Memory {
                     )),
                     deduped_with: None,
                     redactions: admitted.redactions,
-                });
+                }));
             }
             None => {}
         }
@@ -282,15 +368,7 @@ impl Memory {
             atom.created_at = created_at;
         }
         atom.expires_at = request.expires_at;
-        self.apply(caller, Mutation { created: Some((&atom, entities.as_slice())), ..Mutation::new("memorize") })?;
-        tracing::info!(atom = %id, "memorized");
-        Ok(MemorizeOutcome {
-            atom_id: Some(id.to_string()),
-            effect: Effect::Applied,
-            reason: None,
-            deduped_with: None,
-            redactions: admitted.redactions,
-        })
+        Ok(Prepared::New(NewAtom { atom, entities, redactions: admitted.redactions }))
     }
 
     /// `memory_handoff`: stores a session hand-off summary.

@@ -159,3 +159,51 @@ fn tenants_never_see_each_other() {
     // The same content is not a duplicate across tenants.
     assert_eq!(m.memorize(&bob, MemorizeRequest::new("Alice's deploy key lives in the vault")).unwrap().effect, Effect::Applied);
 }
+
+#[test]
+fn a_batch_answers_each_request_as_memorize_would() {
+    let m = memory();
+    let c = caller("hmg");
+    let existing = remember(&m, &c, "We use PostgreSQL 16");
+    let mut requests = vec![
+        MemorizeRequest::new("Caroline works at the bakery now"),
+        MemorizeRequest::new("  we use postgresql 16. "),
+        MemorizeRequest::new("   "),
+        MemorizeRequest::new("老李负责 login.py"),
+        MemorizeRequest::new("caroline works at the bakery now."),
+        MemorizeRequest::new("The deploy key is AKIAIOSFODNN7EXAMPLE, keep it safe"),
+        MemorizeRequest::new("原因はたぶんキャッシュだ"),
+    ];
+    // More than one group (hmg::MEMORIZE_BATCH new memories per transaction).
+    requests.extend((0..hmg::MEMORIZE_BATCH + 5).map(|i| MemorizeRequest::new(format!("Build {i} passed on the first try"))));
+    let version = m.snapshot_version().unwrap();
+    let outcomes = m.memorize_many(&c, requests.clone()).unwrap();
+    assert_eq!(outcomes.len(), requests.len());
+    assert_eq!(outcomes[0].effect, Effect::Applied);
+    assert_eq!((outcomes[1].effect, outcomes[1].deduped_with.as_deref()), (Effect::NoOp, Some(existing.as_str())));
+    assert_eq!(outcomes[2].effect, Effect::Rejected, "empty content");
+    assert_eq!(outcomes[3].effect, Effect::Applied);
+    // A restatement of an earlier request of the same batch.
+    assert_eq!((outcomes[4].effect, outcomes[4].deduped_with.as_deref()), (Effect::NoOp, outcomes[0].atom_id.as_deref()));
+    assert_eq!(outcomes[5].effect, Effect::Applied);
+    assert!(!outcomes[5].redactions.is_empty(), "the key is redacted in a batch too");
+    let stored = m.atom("alice", id(outcomes[5].atom_id.as_deref().unwrap())).unwrap().unwrap();
+    assert!(!stored.content.unwrap().contains("AKIAIOSFODNN7EXAMPLE"));
+    let japanese = m.atom("alice", id(outcomes[6].atom_id.as_deref().unwrap())).unwrap().unwrap();
+    assert_eq!((japanese.language.as_str(), japanese.epistemic), ("ja", Epistemic::Possible));
+    for (i, outcome) in outcomes.iter().enumerate().skip(7) {
+        let atom = m.atom("alice", id(outcome.atom_id.as_deref().unwrap())).unwrap().unwrap();
+        assert_eq!(atom.content.as_deref(), Some(format!("Build {} passed on the first try", i - 7).as_str()));
+    }
+    let applied = outcomes.iter().filter(|o| o.effect == Effect::Applied).count();
+    assert_eq!(applied, 4 + hmg::MEMORIZE_BATCH + 5);
+    // Every new memory has its audit entry, as one at a time would.
+    let history = m.history(&c, outcomes[3].atom_id.as_deref().unwrap()).unwrap();
+    assert_eq!(history.audit.len(), 1, "{history:?}");
+    assert!(m.snapshot_version().unwrap() > version);
+    // The same batch again changes nothing.
+    let version = m.snapshot_version().unwrap();
+    let again = m.memorize_many(&c, requests).unwrap();
+    assert!(again.iter().all(|o| o.effect != Effect::Applied));
+    assert_eq!(m.snapshot_version().unwrap(), version);
+}

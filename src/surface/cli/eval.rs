@@ -246,22 +246,38 @@ pub(crate) fn run(
 
     let started = Instant::now();
     let mut ids_of_atom: HashMap<String, Vec<String>> = HashMap::new();
-    for (index, m) in memories.iter().enumerate() {
-        let mut content = m.text.clone();
-        if let Some(caption) = &m.image_caption {
-            content.push_str(&format!(" [image: {caption}]"));
-        }
-        let mut request =
-            MemorizeRequest::new(content).with_kind(Kind::Episode).with_source(m.speaker.clone().unwrap_or_else(|| "user".to_owned()));
-        request.session_id = m.session_id.clone();
-        request.created_at = m.timestamp.as_deref().and_then(parse_timestamp);
-        let outcome = memory.memorize(&caller_for(&m.sample_id), request)?;
-        match (outcome.effect, outcome.atom_id) {
-            (Effect::Applied | Effect::NoOp, Some(atom)) => ids_of_atom.entry(atom).or_default().push(m.id.clone()),
-            (_, _) => tracing::warn!(id = %m.id, reason = ?outcome.reason, "benchmark memory not stored"),
-        }
-        if (index + 1) % 250 == 0 || index + 1 == memories.len() {
-            progress(&format!("ingested {} / {} memories", index + 1, memories.len()));
+    // Consecutive memories of one sample go in together (one embedding
+    // call per model and one transaction per batch), as `hmg import` does.
+    let mut done = 0usize;
+    for sample in memories.chunk_by(|a, b| a.sample_id == b.sample_id) {
+        for group in sample.chunks(crate::MEMORIZE_BATCH) {
+            let requests: Vec<MemorizeRequest> = group
+                .iter()
+                .map(|m| {
+                    let mut content = m.text.clone();
+                    if let Some(caption) = &m.image_caption {
+                        content.push_str(&format!(" [image: {caption}]"));
+                    }
+                    let mut request = MemorizeRequest::new(content)
+                        .with_kind(Kind::Episode)
+                        .with_source(m.speaker.clone().unwrap_or_else(|| "user".to_owned()));
+                    request.session_id = m.session_id.clone();
+                    request.created_at = m.timestamp.as_deref().and_then(parse_timestamp);
+                    request
+                })
+                .collect();
+            let outcomes = memory.memorize_many(&caller_for(&group[0].sample_id), requests)?;
+            for (m, outcome) in group.iter().zip(outcomes) {
+                match (outcome.effect, outcome.atom_id) {
+                    (Effect::Applied | Effect::NoOp, Some(atom)) => ids_of_atom.entry(atom).or_default().push(m.id.clone()),
+                    (_, _) => tracing::warn!(id = %m.id, reason = ?outcome.reason, "benchmark memory not stored"),
+                }
+            }
+            let before = done;
+            done += group.len();
+            if done / 250 > before / 250 || done == memories.len() {
+                progress(&format!("ingested {done} / {} memories", memories.len()));
+            }
         }
     }
     memory.persist_indexes()?;
