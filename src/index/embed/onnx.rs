@@ -28,8 +28,11 @@ fn bulk_threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
 }
 
-/// Batches of at least this many passages go to the bulk session.
+/// Batches of at least this many passages go to the bulk session…
 const BULK_MIN_TEXTS: usize = 8;
+/// …and so do texts this long together (a dialogue pasted as a query:
+/// 46 → 26 ms with two threads; a short query stays on one).
+const BULK_MIN_BYTES: usize = 768;
 
 /// An ONNX sentence-embedding model with mean pooling.
 pub struct OnnxEmbedder {
@@ -107,9 +110,10 @@ impl OnnxEmbedder {
     }
 
     /// The session for a batch of `n` passages.
-    fn session_for(&self, n: usize) -> &Mutex<TextEmbedding> {
+    fn session_for(&self, texts: &[&str]) -> &Mutex<TextEmbedding> {
         let bulk_threads = bulk_threads();
-        if n < BULK_MIN_TEXTS || bulk_threads <= threads() {
+        let long = texts.iter().map(|t| t.len()).sum::<usize>() >= BULK_MIN_BYTES;
+        if (texts.len() < BULK_MIN_TEXTS && !long) || bulk_threads <= threads() {
             return &self.model;
         }
         let bulk = self.bulk.get_or_init(|| match model_files(&self.model_dir).and_then(|(onnx, files)| session(onnx, files, bulk_threads)) {
@@ -158,7 +162,7 @@ impl Embedder for OnnxEmbedder {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|i| texts[*i].len());
         let sorted: Vec<&str> = order.iter().map(|i| texts[*i]).collect();
-        let mut model = self.session_for(texts.len()).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut model = self.session_for(texts).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let embedded = model.embed(&sorted, Some(32)).map_err(|e| EmbedError::Backend(e.to_string()))?;
         if embedded.len() != texts.len() {
             return Err(EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), texts.len())));
@@ -174,6 +178,12 @@ impl Embedder for OnnxEmbedder {
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let mut vectors = self.embed_passages(&[text])?;
         vectors.pop().ok_or_else(|| EmbedError::Backend("no vector returned".into()))
+    }
+
+    /// Queries and passages share the recipe: a dialogue's parts run as
+    /// one batch.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_passages(texts)
     }
 
     fn languages(&self) -> Option<&[String]> {
