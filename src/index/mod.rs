@@ -266,6 +266,18 @@ impl Indexes {
         self.graph.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Loads every model's lazily loaded parts now; a model that fails is
+    /// logged (recall then goes on without it, as it would anyway).
+    pub fn warm_up(&self) {
+        for s in &self.semantic {
+            let started = std::time::Instant::now();
+            match s.embedder.warm_up() {
+                Ok(()) => tracing::debug!(model = s.embedder.id(), ms = started.elapsed().as_millis() as u64, "model ready"),
+                Err(error) => tracing::warn!(%error, model = s.embedder.id(), "the model cannot run; recall goes on without it"),
+            }
+        }
+    }
+
     /// Embeds several atoms with every model, one call per model (the
     /// engines batch); per atom, the vectors in `semantic()` order.
     pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {

@@ -70,3 +70,46 @@ fn models_freed_and_loaded_again_keep_their_vectors() {
         assert!(cosine(&original, &again) > 0.9999, "{file} after a freed model: cosine {}", cosine(&original, &again));
     }
 }
+
+#[test]
+fn onnx_models_load_at_first_use_and_a_broken_one_is_an_error_not_a_panic() {
+    use hmg::embed::onnx::OnnxEmbedder;
+    let models = hmg::embed::default_models_dir().expect("a data directory");
+    let runtime = models.join("libonnxruntime.so");
+    let real = models.join("all-MiniLM-L6-v2");
+    // The real model opens without loading ONNX Runtime, and loads it at
+    // the first text.
+    let model = OnnxEmbedder::load(&runtime, &real).expect("MiniLM (scripts/setup.sh)");
+    assert_eq!((model.id(), model.dims()), ("onnx:all-MiniLM-L6-v2:384", 384));
+    model.warm_up().unwrap();
+    assert_eq!(model.embed_query("Where does Caroline work now?").unwrap().len(), 384);
+    // Large batches (the second session) agree with one at a time.
+    let texts: Vec<String> = (0..12).map(|i| format!("Caroline moved to Lisbon in spring number {i}")).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let batch = model.embed_passages(&refs).unwrap();
+    let single = model.embed_passages(&refs[5..6]).unwrap();
+    assert!(cosine(&batch[5], &single[0]) > 0.999, "a batch and one text disagree: {}", cosine(&batch[5], &single[0]));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("broken-model");
+    std::fs::create_dir(&broken).unwrap();
+    for file in ["tokenizer.json", "special_tokens_map.json", "tokenizer_config.json"] {
+        std::fs::copy(real.join(file), broken.join(file)).unwrap();
+    }
+    // A missing file is an error at open, naming it.
+    std::fs::copy(real.join("config.json"), broken.join("config.json")).unwrap();
+    let error = OnnxEmbedder::load(&runtime, &broken).unwrap_err().to_string();
+    assert!(error.contains("model.onnx"), "{error}");
+    // A config without the vector size too.
+    std::fs::write(broken.join("model.onnx"), b"not an ONNX model").unwrap();
+    std::fs::write(broken.join("config.json"), br#"{"model_type": "bert"}"#).unwrap();
+    let error = OnnxEmbedder::load(&runtime, &broken).unwrap_err().to_string();
+    assert!(error.contains("hidden_size"), "{error}");
+    // A model ONNX Runtime cannot read opens, then every use is an error
+    // (kept, not retried), never a panic.
+    std::fs::copy(real.join("config.json"), broken.join("config.json")).unwrap();
+    let model = OnnxEmbedder::load(&runtime, &broken).unwrap();
+    assert!(model.warm_up().is_err());
+    assert!(model.embed_query("hello").is_err());
+    assert!(model.embed_passages(&refs).is_err());
+}

@@ -63,6 +63,11 @@ pub trait Embedder: Send + Sync {
     fn languages(&self) -> Option<&[String]> {
         None
     }
+    /// Loads what the backend loads lazily (a server calls it at start, so
+    /// its first recall does not wait).
+    fn warm_up(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
 }
 
 /// Scales `v` to unit length (no-op for the zero vector).

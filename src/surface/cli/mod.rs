@@ -333,6 +333,7 @@ fn serve(cli: Cli, options: crate::MemoryOptions, out: &mut dyn Write) -> Result
                 }
             };
             let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, options.clone())?);
+            warm_up(&shared);
             let server = crate::surface::mcp::HmgServer::new(
                 std::sync::Arc::clone(&shared),
                 crate::surface::mcp::ScopeResolver::local(key),
@@ -346,6 +347,7 @@ fn serve(cli: Cli, options: crate::MemoryOptions, out: &mut dyn Write) -> Result
             let tokens = std::sync::Arc::new(crate::surface::token::TokenStore::new(&dir));
             let address = crate::surface::http::listen_address(&listen, tokens.any_active()?)?;
             let shared = std::sync::Arc::new(crate::tools::relay::SharedMemory::open(&dir, options.clone())?);
+            warm_up(&shared);
             let options = crate::surface::http::ServeOptions {
                 allowed_hosts: allow_hosts,
                 allowed_origins: allow_origins,
@@ -364,6 +366,17 @@ fn serve(cli: Cli, options: crate::MemoryOptions, out: &mut dyn Write) -> Result
             Ok(Exit::Ok)
         }
         _ => Ok(Exit::Ok),
+    }
+}
+
+/// Loads the models in the background, so a long-running server's first
+/// recall does not wait for them (it waits less if it comes sooner).
+fn warm_up(shared: &crate::tools::relay::SharedMemory) {
+    if let Some(memory) = shared.local() {
+        let spawned = std::thread::Builder::new().name("hmg-warm-up".into()).spawn(move || memory.indexes().warm_up());
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "could not load the models in the background; the first recall loads them");
+        }
     }
 }
 
