@@ -32,7 +32,10 @@ fn main() {
         &[
             ("#define MAT(W, B, Y, NOUT, NIN) matmul_q4q8(", "#define MAT(W, B, Y, NOUT, NIN) hmg_matmul("),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
-            ("void e5_free(e5_model *m) {\n    if (!m) return;\n", "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n"),
+            (
+                "void e5_free(e5_model *m) {\n    if (!m) return;\n",
+                "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n",
+            ),
         ],
     );
     // The attention block, from its parallel region to the end of it.

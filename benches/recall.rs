@@ -1,6 +1,7 @@
 //! Recall latency at 10k and 100k atoms (override with HMG_BENCH_SIZES, e.g.
-//! "10000,100000"), p50/p95, without and with query embedding, and the
-//! memory use of the open store.
+//! "10000,100000"), p50/p95, without and with query embedding, for short
+//! queries and a ten-turn dialogue pasted as a query, and the memory use of
+//! the open store.
 //!
 //! The vector index is filled by a deterministic stand-in embedder (hashed
 //! word vectors, 384 dimensions) so the whole search path — keyword, vector
@@ -69,6 +70,18 @@ const QUERIES: &[&str] = &[
     "src/login.py incident",
 ];
 
+/// A ten-turn chat pasted as a query (the shape of the MADial dev queries).
+const DIALOGUE: &str = "Bart: \"Hey, did you know? I'm going to perform a magic trick at the New Year's Eve party!\"
+Assistant: \"That's fantastic! I can imagine the audience being completely captivated by your magic.\"
+Bart: \"I get a bit nervous too. Do you have any suggestions to help me relax?\"
+Assistant: \"Of course! Try taking a deep breath before the performance and imagine yourself as a fearless magician.\"
+Bart: \"By the way, what should I wear?\"
+Assistant: \"Put on your favorite performance outfit, the one that makes you feel confident and comfortable.\"
+Bart: \"My sister said she would film it for our parents, they live abroad now.\"
+Assistant: \"What a lovely idea, they will be so proud to watch it.\"
+Bart: \"I practiced the card trick with PostgreSQL jokes every evening this week after work.\"
+Bart: \"I'm really looking forward to that evening; I want to make it very special!\"";
+
 fn main() {
     if let Ok(filter) = std::env::var("HMG_LOG") {
         tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::new(filter)).init();
@@ -82,6 +95,7 @@ fn main() {
     // The real models' query embedding, measured on their own (an English
     // query asks every model of the default ensemble).
     let mut embed_samples = Vec::new();
+    let mut dialogue_embedding: Option<(f64, f64)> = None;
     match hmg::embed::from_env() {
         Ok(models) if !models.is_empty() => {
             for round in 0..5 {
@@ -101,6 +115,27 @@ fn main() {
                 percentile_ms(&embed_samples, 0.5),
                 percentile_ms(&embed_samples, 0.95)
             );
+            // A dialogue query: what recall embeds for it with every model
+            // (the whole text, then its last parts in one batch), a fresh
+            // dialogue each time.
+            let mut dialogue_samples = Vec::new();
+            for round in 0..20 {
+                let text = format!("{DIALOGUE} ({round})");
+                let parts: Vec<&str> = text.lines().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+                let t = Instant::now();
+                for model in &models {
+                    let _ = model.embed_query(&text);
+                    let _ = model.embed_queries(&parts);
+                }
+                dialogue_samples.push(t.elapsed());
+            }
+            dialogue_samples.sort();
+            println!(
+                "dialogue query embedding (10 turns, whole + 4 parts): p50={:.3} ms p95={:.3} ms",
+                percentile_ms(&dialogue_samples, 0.5),
+                percentile_ms(&dialogue_samples, 0.95)
+            );
+            dialogue_embedding = Some((percentile_ms(&dialogue_samples, 0.5), percentile_ms(&dialogue_samples, 0.95)));
         }
         Ok(_) => println!("query embedding: no model configured"),
         Err(error) => println!("query embedding: model unavailable: {error}"),
@@ -156,6 +191,21 @@ fn main() {
                 p50 + percentile_ms(&embed_samples, 0.5),
                 p95 + percentile_ms(&embed_samples, 0.95)
             );
+        }
+        let mut dialogue: Vec<Duration> = (0..40)
+            .map(|round| {
+                let t = Instant::now();
+                memory
+                    .recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{DIALOGUE} ({round})")) })
+                    .expect("recall");
+                t.elapsed()
+            })
+            .collect();
+        dialogue.sort();
+        let (d50, d95) = (percentile_ms(&dialogue, 0.5), percentile_ms(&dialogue, 0.95));
+        println!("dialogue recall at {n:>6} atoms, query embedding excluded: p50={d50:.3} ms p95={d95:.3} ms");
+        if let Some((e50, e95)) = dialogue_embedding {
+            println!("dialogue recall at {n:>6} atoms, query embedding included: p50={:.3} ms p95={:.3} ms", d50 + e50, d95 + e95);
         }
         let stats = memory.stats(&caller).expect("stats");
         println!(

@@ -52,8 +52,8 @@ pub use atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status};
 pub use memory::{
     AtomView, AuditView, Brief, BriefOptions, Caller, ChainEvent, CorrectAction, CorrectOutcome, CorrectRequest, Effect, EmbedderChoice,
     ExportFormat, GovernAction, GovernOutcome, GovernRequest, HandoffOutcome, HandoffRequest, History, ImportReport, ImportedLine,
-    MEMORIZE_BATCH, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, MergeEvent, MergeResult, MigrationTarget, ReflectAction,
-    ReflectReport, ReflectRequest, Stats,
+    MEMORIZE_BATCH, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, MemoryOptions, MergeEvent, MergeResult, MigrationTarget,
+    ReflectAction, ReflectReport, ReflectRequest, Stats,
 };
 pub use recall::{RecallConfig, RecallOutcome, RecallRequest, RecalledAtom};
 pub use scope::Scope;

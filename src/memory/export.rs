@@ -241,7 +241,9 @@ impl Memory {
             };
             let parsed = match parsed {
                 Ok(Ok(outcome)) => Ok(outcome),
-                Ok(Err(error)) if crate::fault::Classified::fault(&error).is_callers() => Ok((None, Effect::Rejected, Some(error.to_string()))),
+                Ok(Err(error)) if crate::fault::Classified::fault(&error).is_callers() => {
+                    Ok((None, Effect::Rejected, Some(error.to_string())))
+                }
                 Ok(Err(error)) => return Err(error),
                 Err(request) => Err(request),
             };
@@ -265,8 +267,10 @@ impl Memory {
         on_line: &mut dyn FnMut(&ImportedLine),
     ) -> Result<()> {
         let mut lines = std::mem::take(pending);
-        let requests: Vec<MemorizeRequest> =
-            lines.iter_mut().filter_map(|(_, p)| p.as_mut().err().map(|r| std::mem::replace(r, MemorizeRequest::new(String::new())))).collect();
+        let requests: Vec<MemorizeRequest> = lines
+            .iter_mut()
+            .filter_map(|(_, p)| p.as_mut().err().map(|r| std::mem::replace(r, MemorizeRequest::new(String::new()))))
+            .collect();
         let mut outcomes = if requests.is_empty() { Vec::new() } else { self.memorize_many(caller, requests)? }.into_iter();
         for (index, line) in lines {
             let (atom_id, effect, reason) = match line {

@@ -101,7 +101,7 @@ enum Prepared {
     /// Nothing to write: a duplicate or a rejection.
     Answered(MemorizeOutcome),
     /// A new memory to write.
-    New(NewAtom),
+    New(Box<NewAtom>),
 }
 
 /// A memory about to be written.
@@ -113,7 +113,13 @@ struct NewAtom {
 
 impl NewAtom {
     fn outcome(self) -> MemorizeOutcome {
-        MemorizeOutcome { atom_id: Some(self.atom.id.to_string()), effect: Effect::Applied, reason: None, deduped_with: None, redactions: self.redactions }
+        MemorizeOutcome {
+            atom_id: Some(self.atom.id.to_string()),
+            effect: Effect::Applied,
+            reason: None,
+            deduped_with: None,
+            redactions: self.redactions,
+        }
     }
 }
 
@@ -290,7 +296,7 @@ impl Memory {
         let mut requests = requests.into_iter().peekable();
         while requests.peek().is_some() {
             // One group: its answers in order, the new atoms among them.
-            let mut group: Vec<std::result::Result<MemorizeOutcome, NewAtom>> = Vec::new();
+            let mut group: Vec<std::result::Result<MemorizeOutcome, Box<NewAtom>>> = Vec::new();
             let mut seen: std::collections::HashMap<String, AtomId> = std::collections::HashMap::new();
             let mut fresh = 0usize;
             while fresh < MEMORIZE_BATCH
@@ -368,7 +374,7 @@ impl Memory {
             atom.created_at = created_at;
         }
         atom.expires_at = request.expires_at;
-        Ok(Prepared::New(NewAtom { atom, entities, redactions: admitted.redactions }))
+        Ok(Prepared::New(Box::new(NewAtom { atom, entities, redactions: admitted.redactions })))
     }
 
     /// `memory_handoff`: stores a session hand-off summary.

@@ -6,12 +6,7 @@
 use hmg::embed::Embedder;
 use hmg::embed::e5::{E5Embedder, Kernel, set_kernel};
 
-const TEXTS: &[&str] = &[
-    "Where does Caroline work now?",
-    "老李上周把 Redis 迁移到了第三个集群",
-    "田中さんは毎朝コーヒーを飲みます",
-    "hi",
-];
+const TEXTS: &[&str] = &["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "hi"];
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
