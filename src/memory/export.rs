@@ -248,7 +248,8 @@ impl Memory {
                 Err(request) => Err(request),
             };
             pending.push((index, parsed));
-            if pending.iter().filter(|(_, p)| p.is_err()).count() >= group {
+            // Rejected lines are reported soon too, not held to the end.
+            if pending.iter().filter(|(_, p)| p.is_err()).count() >= group || pending.len() >= 4 * super::MEMORIZE_BATCH {
                 self.flush_import(caller, &mut pending, &mut report, on_line)?;
                 group = (group * 2).min(super::MEMORIZE_BATCH);
             }

@@ -99,3 +99,41 @@ fn simple_lines_are_memorized_and_bad_lines_rejected_with_reasons() {
     assert_eq!((atom.kind, atom.source.as_str()), (hmg::Kind::Episode, "Caroline"));
     assert_eq!(atom.created_at.to_rfc3339(), "2023-05-08T13:56:00+00:00");
 }
+
+#[test]
+fn a_long_mixed_import_reports_every_line_in_order() {
+    let (m, c) = populated();
+    let exported: Vec<String> = export_jsonl(&m, &c).lines().map(str::to_owned).collect();
+    // Simple lines in several groups (8, 16, 32, 64 …), full records and
+    // bad lines between them, a restatement of an earlier line, and
+    // Chinese and Japanese content.
+    let mut input = Vec::new();
+    for i in 0..300 {
+        input.push(match i % 50 {
+            7 => exported[(i / 50) % exported.len()].clone(),
+            13 => "not json".to_owned(),
+            21 => serde_json::json!({ "content": format!("第{}号服务使用 Redis", i - 1) }).to_string(),
+            _ if i % 3 == 1 => serde_json::json!({ "content": format!("第{i}号服务使用 Redis") }).to_string(),
+            _ if i % 3 == 2 => serde_json::json!({ "content": format!("サービス{i}は PostgreSQL を使う") }).to_string(),
+            _ => serde_json::json!({ "content": format!("Service {i} listens on port {}", 8000 + i), "source": "user" }).to_string(),
+        });
+    }
+    let target = memory();
+    let mut acks = Vec::new();
+    let report = target.import(&c, &mut input.join("\n").as_bytes(), &mut |line| acks.push(line.clone())).unwrap();
+    assert_eq!(report.lines, 300);
+    assert_eq!(acks.iter().map(|a| a.line).collect::<Vec<_>>(), (1..=300).collect::<Vec<_>>(), "every line once, in order");
+    for (i, ack) in acks.iter().enumerate() {
+        match i % 50 {
+            13 => assert_eq!(ack.effect, Effect::Rejected, "line {}", ack.line),
+            21 if (i - 1) % 3 == 1 => assert_eq!(ack.effect, Effect::NoOp, "line {} restates line {}", ack.line, ack.line - 1),
+            _ => assert_ne!(ack.effect, Effect::Rejected, "line {}: {:?}", ack.line, ack.reason),
+        }
+        if ack.effect != Effect::Rejected {
+            let atom = target.atom("alice", super::id(ack.atom_id.as_deref().unwrap())).unwrap();
+            assert!(atom.is_some(), "line {} acknowledged an atom that is not there", ack.line);
+        }
+    }
+    assert_eq!(report.applied + report.no_op + report.rejected, 300);
+    assert!(target.verify_audit(None).unwrap().iter().all(|t| t.first_broken.is_none()));
+}
