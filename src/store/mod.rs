@@ -452,6 +452,10 @@ impl Store {
 }
 
 /// A jittered pause before running a lost transaction again.
+/// Reads of an audit head caught mid-commit on a shared store (about half
+/// a second in all with [`backoff`]).
+const HEAD_READ_ATTEMPTS: u32 = 12;
+
 fn backoff(attempt: u32) -> std::time::Duration {
     let jitter = u64::from(ulid::Ulid::generate().random() as u16 % 16);
     std::time::Duration::from_millis(u64::from(attempt.min(10)) * 5 + jitter)
@@ -551,9 +555,31 @@ impl WriteTx<'_> {
             return Ok(head.clone());
         }
         let graph_node = tenant_graph(tenant);
+        // A shared store that does not isolate readers from a commit in
+        // progress (Virtuoso) can show the new head before its entry's
+        // fields: read again shortly before calling it corrupt.
+        let attempts = if self.backend.shared() { HEAD_READ_ATTEMPTS } else { 1 };
+        let mut attempt = 1;
+        let head = loop {
+            match self.read_audit_head(&graph_node) {
+                Err(StoreError::Corrupt(message)) if attempt < attempts => {
+                    tracing::debug!(%message, attempt, "audit head read mid-commit; reading again");
+                    std::thread::sleep(backoff(attempt));
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
+        self.heads_read.push((graph_node, head.as_ref().map(|h| h.entry.clone())));
+        self.heads.insert(tenant.to_owned(), head.clone());
+        Ok(head)
+    }
+
+    /// The audit head of a tenant's graph as stored now.
+    fn read_audit_head(&self, graph_node: &NamedNode) -> Result<Option<AuditHead>> {
         let graph: GraphNameRef<'_> = graph_node.as_ref().into();
-        let head = match self.backend.quads(Some(graph_node.as_ref()), Some(hmg::AUDIT_HEAD), None, graph)?.first().map(|q| &q.object) {
-            None => None,
+        match self.backend.quads(Some(graph_node.as_ref()), Some(hmg::AUDIT_HEAD), None, graph)?.first().map(|q| &q.object) {
+            None => Ok(None),
             Some(Term::NamedNode(entry)) => {
                 let seq = self
                     .object(entry.as_ref(), hmg::SEQ, graph)?
@@ -564,13 +590,10 @@ impl WriteTx<'_> {
                     Some(Term::Literal(l)) => l.value().to_owned(),
                     _ => return Err(StoreError::Corrupt(format!("audit head {entry} has no hash"))),
                 };
-                Some(AuditHead { entry: entry.clone(), seq: seq.max(0) as u64, hash })
+                Ok(Some(AuditHead { entry: entry.clone(), seq: seq.max(0) as u64, hash }))
             }
-            Some(other) => return Err(StoreError::Corrupt(format!("audit head is not an IRI: {other}"))),
-        };
-        self.heads_read.push((graph_node, head.as_ref().map(|h| h.entry.clone())));
-        self.heads.insert(tenant.to_owned(), head.clone());
-        Ok(head)
+            Some(other) => Err(StoreError::Corrupt(format!("audit head is not an IRI: {other}"))),
+        }
     }
 
     /// Makes `head` the newest audit entry of `tenant`.
