@@ -213,7 +213,7 @@ impl Memory {
     /// restored as they were, each in its own transaction; lines with only
     /// `content` (and optionally `source`, `kind`, `session_id`,
     /// `created_at`, `expires_at`) are memorized in groups of consecutive
-    /// lines, 8 at first and doubling up to [`super::MEMORIZE_BATCH`] (one
+    /// lines, one at first and doubling up to [`super::MEMORIZE_BATCH`] (one
     /// embedding call per model and one transaction per group; see
     /// [`Memory::memorize_many`]).
     /// `on_line` hears about each line, in order, after it committed.
@@ -222,9 +222,10 @@ impl Memory {
         // Lines read but not reported yet: their answer, or the request
         // waiting for the group's write.
         let mut pending: Vec<(usize, std::result::Result<LineOutcome, MemorizeRequest>)> = Vec::new();
-        // Groups grow from 8 lines to a full batch: the first lines are
-        // acknowledged soon, a long import runs at batch speed.
-        let mut group = 8;
+        // Groups grow from one line to a full batch: the first line is
+        // acknowledged as soon as one memorize would be, a long import
+        // runs at batch speed.
+        let mut group = 1;
         for (index, line) in input.lines().enumerate() {
             let line = line.map_err(|source| MemoryError::Store(StoreError::Io { path: "<import input>".into(), source }))?;
             if line.trim().is_empty() {

@@ -31,7 +31,7 @@ fn acknowledged_writes_survive_sigkill() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let delay = Duration::from_millis(150 + seed % 700);
+        let delay = Duration::from_millis(seed % 700);
         let mut child = Command::new(env!("CARGO_BIN_EXE_hmg"))
             .args(["--store", store.to_str().unwrap(), "--tenant", "crash", "import", input.to_str().unwrap(), "--json"])
             .stdout(Stdio::piped())
@@ -39,6 +39,7 @@ fn acknowledged_writes_survive_sigkill() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (first_ack, acking) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
             let mut acks = Vec::new();
             for line in BufReader::new(stdout).lines() {
@@ -48,10 +49,14 @@ fn acknowledged_writes_survive_sigkill() {
                     && value["effect"] != "rejected"
                 {
                     acks.push(id.to_owned());
+                    let _ = first_ack.send(());
                 }
             }
             acks
         });
+        // The kill comes at a random moment once the importer is writing
+        // (the models load first, slower on a busy machine).
+        let _ = acking.recv_timeout(Duration::from_secs(120));
         let started = Instant::now();
         while started.elapsed() < delay {
             if child.try_wait().unwrap().is_some() {
@@ -62,7 +67,7 @@ fn acknowledged_writes_survive_sigkill() {
         let _ = child.kill(); // SIGKILL on Unix.
         let _ = child.wait();
         let acks = reader.join().unwrap();
-        eprintln!("round {round}: killed after {delay:?}, {} acknowledgements", acks.len());
+        eprintln!("round {round}: killed {delay:?} after the first acknowledgement, {} acknowledgements", acks.len());
         acknowledged.extend(acks);
 
         let memory = hmg::Memory::open(&store).unwrap();

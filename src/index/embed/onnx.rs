@@ -152,12 +152,13 @@ impl OnnxEmbedder {
     /// The session for a batch: large ones (many texts, or long together)
     /// go to the bulk session.
     fn session_for(&self, texts: &[&str]) -> Result<&Mutex<TextEmbedding>, EmbedError> {
-        let query = self.query_session()?;
         let bulk_threads = bulk_threads();
         let long = texts.iter().map(|t| t.len()).sum::<usize>() >= BULK_MIN_BYTES;
         if (texts.len() < BULK_MIN_TEXTS && !long) || bulk_threads <= threads() {
-            return Ok(query);
+            return self.query_session();
         }
+        // Only the session needed is loaded (an import never loads the
+        // query session).
         let bulk = self.bulk.get_or_init(|| match self.open_session(bulk_threads) {
             Ok(session) => Some(Mutex::new(session)),
             Err(error) => {
@@ -165,7 +166,10 @@ impl OnnxEmbedder {
                 None
             }
         });
-        Ok(bulk.as_ref().unwrap_or(query))
+        match bulk {
+            Some(bulk) => Ok(bulk),
+            None => self.query_session(),
+        }
     }
 }
 
