@@ -451,11 +451,11 @@ impl Store {
     }
 }
 
-/// A jittered pause before running a lost transaction again.
 /// Reads of an audit head caught mid-commit on a shared store (about half
 /// a second in all with [`backoff`]).
 const HEAD_READ_ATTEMPTS: u32 = 12;
 
+/// A jittered pause before running a lost transaction again.
 fn backoff(attempt: u32) -> std::time::Duration {
     let jitter = u64::from(ulid::Ulid::generate().random() as u16 % 16);
     std::time::Duration::from_millis(u64::from(attempt.min(10)) * 5 + jitter)
