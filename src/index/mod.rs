@@ -167,14 +167,32 @@ impl Semantic {
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
-        let text = attributed_text(atom)?;
-        match self.embedder.embed_passages(&[text.as_str()]) {
-            Ok(mut vectors) => vectors.pop(),
+        match self.embed_atoms(&[atom]) {
+            Ok(mut vectors) => vectors.pop().flatten(),
             Err(error) => {
                 tracing::warn!(%error, atom = %atom.id, model = self.embedder.id(), "embedding failed; the atom is indexed without this vector");
                 None
             }
         }
+    }
+
+    /// This model's vectors for several atoms in one call (the engines
+    /// batch); `None` for an atom without content.
+    fn embed_atoms(&self, atoms: &[&Atom]) -> Result<Vec<Option<Vec<f32>>>, crate::index::embed::EmbedError> {
+        let mut vectors = vec![None; atoms.len()];
+        let texts: Vec<(usize, String)> = atoms.iter().enumerate().filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t))).collect();
+        if texts.is_empty() {
+            return Ok(vectors);
+        }
+        let refs: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
+        let embedded = self.embedder.embed_passages(&refs)?;
+        if embedded.len() != refs.len() {
+            return Err(crate::index::embed::EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), refs.len())));
+        }
+        for ((i, _), vector) in texts.iter().zip(embedded) {
+            vectors[*i] = Some(vector);
+        }
+        Ok(vectors)
     }
 }
 
@@ -282,19 +300,13 @@ impl Indexes {
     /// engines batch); per atom, the vectors in `semantic()` order.
     pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {
         let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
-        let texts: Vec<(usize, String)> = atoms.iter().enumerate().filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t))).collect();
-        if texts.is_empty() {
-            return vectors;
-        }
-        let refs: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
         for (model, s) in self.semantic.iter().enumerate() {
-            match s.embedder.embed_passages(&refs) {
-                Ok(embedded) if embedded.len() == refs.len() => {
-                    for ((i, _), vector) in texts.iter().zip(embedded) {
-                        vectors[*i][model] = Some(vector);
+            match s.embed_atoms(atoms) {
+                Ok(embedded) => {
+                    for (slot, vector) in vectors.iter_mut().zip(embedded) {
+                        slot[model] = vector;
                     }
                 }
-                Ok(_) => tracing::warn!(model = s.embedder.id(), "the model returned too few vectors; these atoms are indexed without it"),
                 Err(error) => {
                     tracing::warn!(%error, atoms = atoms.len(), model = s.embedder.id(), "embedding failed; these atoms are indexed without this vector");
                 }
@@ -468,10 +480,9 @@ impl Indexes {
             if missing.is_empty() {
                 continue;
             }
-            let texts: Vec<String> = missing.iter().filter_map(|i| attributed_text(&batch[*i].0)).collect();
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            for (i, vector) in missing.into_iter().zip(s.embedder.embed_passages(&refs)?) {
-                computed[i][model] = Some(vector);
+            let atoms: Vec<&Atom> = missing.iter().map(|i| &batch[*i].0).collect();
+            for (i, vector) in missing.into_iter().zip(s.embed_atoms(&atoms)?) {
+                computed[i][model] = vector;
             }
         }
         for ((atom, version), vectors) in batch.into_iter().zip(computed) {
