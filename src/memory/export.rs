@@ -112,6 +112,15 @@ impl From<&Atom> for ExportRecord {
 /// What became of one import line: the atom, the effect, why.
 type LineOutcome = (Option<String>, Effect, Option<String>);
 
+/// Import lines read but not reported yet.
+#[derive(Default)]
+struct PendingLines {
+    /// Each line's index and answer; `None`: it waits for the group's write.
+    lines: Vec<(usize, Option<LineOutcome>)>,
+    /// The requests of the waiting lines, in order.
+    requests: Vec<MemorizeRequest>,
+}
+
 /// One import line, read.
 enum ImportLine {
     /// A full record to restore as it was.
@@ -219,9 +228,7 @@ impl Memory {
     /// `on_line` hears about each line, in order, after it committed.
     pub fn import(&self, caller: &Caller, input: &mut dyn BufRead, on_line: &mut dyn FnMut(&ImportedLine)) -> Result<ImportReport> {
         let mut report = ImportReport::default();
-        // Lines read but not reported yet: their answer, or the request
-        // waiting for the group's write.
-        let mut pending: Vec<(usize, std::result::Result<LineOutcome, MemorizeRequest>)> = Vec::new();
+        let mut pending = PendingLines::default();
         // Groups grow from one line to a full batch: the first line is
         // acknowledged as soon as one memorize would be, a long import
         // runs at batch speed.
@@ -232,25 +239,28 @@ impl Memory {
                 continue;
             }
             report.lines += 1;
-            let parsed = match self.read_import_line(&line) {
-                Ok(ImportLine::Memorize(request)) => Err(request),
+            let answered = match self.read_import_line(&line) {
+                Ok(ImportLine::Memorize(request)) => {
+                    pending.requests.push(request);
+                    None
+                }
                 Ok(ImportLine::Restore(record)) => {
                     self.flush_import(caller, &mut pending, &mut report, on_line)?;
-                    Ok(self.restore(caller, *record))
+                    Some(self.restore(caller, *record))
                 }
-                Err(error) => Ok(Err(error)),
+                Err(error) => Some(Err(error)),
             };
-            let parsed = match parsed {
-                Ok(Ok(outcome)) => Ok(outcome),
-                Ok(Err(error)) if crate::fault::Classified::fault(&error).is_callers() => {
-                    Ok((None, Effect::Rejected, Some(error.to_string())))
+            let answer = match answered {
+                None => None,
+                Some(Ok(outcome)) => Some(outcome),
+                Some(Err(error)) if crate::fault::Classified::fault(&error).is_callers() => {
+                    Some((None, Effect::Rejected, Some(error.to_string())))
                 }
-                Ok(Err(error)) => return Err(error),
-                Err(request) => Err(request),
+                Some(Err(error)) => return Err(error),
             };
-            pending.push((index, parsed));
+            pending.lines.push((index, answer));
             // Rejected lines are reported soon too, not held to the end.
-            if pending.iter().filter(|(_, p)| p.is_err()).count() >= group || pending.len() >= 4 * super::MEMORIZE_BATCH {
+            if pending.requests.len() >= group || pending.lines.len() >= 4 * super::MEMORIZE_BATCH {
                 self.flush_import(caller, &mut pending, &mut report, on_line)?;
                 group = (group * 2).min(super::MEMORIZE_BATCH);
             }
@@ -264,20 +274,16 @@ impl Memory {
     fn flush_import(
         &self,
         caller: &Caller,
-        pending: &mut Vec<(usize, std::result::Result<LineOutcome, MemorizeRequest>)>,
+        pending: &mut PendingLines,
         report: &mut ImportReport,
         on_line: &mut dyn FnMut(&ImportedLine),
     ) -> Result<()> {
-        let mut lines = std::mem::take(pending);
-        let requests: Vec<MemorizeRequest> = lines
-            .iter_mut()
-            .filter_map(|(_, p)| p.as_mut().err().map(|r| std::mem::replace(r, MemorizeRequest::new(String::new()))))
-            .collect();
+        let requests = std::mem::take(&mut pending.requests);
         let mut outcomes = if requests.is_empty() { Vec::new() } else { self.memorize_many(caller, requests)? }.into_iter();
-        for (index, line) in lines {
-            let (atom_id, effect, reason) = match line {
-                Ok(outcome) => outcome,
-                Err(_) => match outcomes.next() {
+        for (index, answer) in std::mem::take(&mut pending.lines) {
+            let (atom_id, effect, reason) = match answer {
+                Some(outcome) => outcome,
+                None => match outcomes.next() {
                     Some(outcome) => (outcome.atom_id, outcome.effect, outcome.reason),
                     None => (None, Effect::Rejected, Some("internal: no outcome for this line".to_owned())),
                 },
