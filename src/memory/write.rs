@@ -108,6 +108,8 @@ enum Prepared {
 struct NewAtom {
     atom: Atom,
     entities: Vec<text::Entity>,
+    /// Its content hash (what dedup compares).
+    hash: String,
     redactions: Vec<String>,
 }
 
@@ -305,7 +307,7 @@ impl Memory {
                 match self.prepare_memorize(caller, request, &seen)? {
                     Prepared::Answered(outcome) => group.push(Ok(outcome)),
                     Prepared::New(new) => {
-                        seen.insert(text::content_hash(new.atom.content.as_deref().unwrap_or_default()), new.atom.id);
+                        seen.insert(new.hash.clone(), new.atom.id);
                         fresh += 1;
                         group.push(Err(new));
                     }
@@ -343,7 +345,8 @@ impl Memory {
             Ok(admitted) => admitted,
             Err(reason) => return Ok(Prepared::Answered(MemorizeOutcome::rejected(reason))),
         };
-        let earlier = seen.get(&text::content_hash(&admitted.text)).copied().map(Duplicate::Existing);
+        let hash = text::content_hash(&admitted.text);
+        let earlier = seen.get(&hash).copied().map(Duplicate::Existing);
         match earlier.map_or_else(|| self.find_duplicate(&caller.scope, &admitted.text), |d| Ok(Some(d)))? {
             Some(Duplicate::Existing(existing)) => {
                 return Ok(Prepared::Answered(MemorizeOutcome {
@@ -374,7 +377,7 @@ impl Memory {
             atom.created_at = created_at;
         }
         atom.expires_at = request.expires_at;
-        Ok(Prepared::New(Box::new(NewAtom { atom, entities, redactions: admitted.redactions })))
+        Ok(Prepared::New(Box::new(NewAtom { atom, entities, hash, redactions: admitted.redactions })))
     }
 
     /// `memory_handoff`: stores a session hand-off summary.
