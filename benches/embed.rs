@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{percentile_ms, sentence};
+use common::{DIALOGUE, percentile_ms, sentence};
 use hmg::embed::Embedder;
 
 const SHORT: &[&str] = &[
@@ -24,21 +24,6 @@ const SHORT: &[&str] = &[
     "田中さんの好きな食べ物は何ですか",
     "What did we decide about the billing retries?",
     "Redis 迁移到哪个集群了",
-];
-
-/// A ten-turn chat in the shape of the MADial dev queries (about 230 e5
-/// tokens).
-const DIALOGUE: &[&str] = &[
-    "Bart: \"Hey, did you know? I'm going to perform a magic trick at the New Year's Eve party!\"",
-    "Assistant: \"That's fantastic! I can imagine the audience being completely captivated by your magic.\"",
-    "Bart: \"I get a bit nervous too. Do you have any suggestions to help me relax?\"",
-    "Assistant: \"Of course! Try taking a deep breath before the performance and imagine yourself as a fearless magician.\"",
-    "Bart: \"By the way, what should I wear?\"",
-    "Assistant: \"Put on your favorite performance outfit, the one that makes you feel confident and comfortable.\"",
-    "Bart: \"My sister said she would film it for our parents, they live abroad now.\"",
-    "Assistant: \"What a lovely idea, they will be so proud to watch it.\"",
-    "Bart: \"I practiced the card trick every evening this week after work.\"",
-    "Bart: \"I'm really looking forward to that evening; I want to make it very special!\"",
 ];
 
 fn rounds() -> usize {

@@ -70,18 +70,6 @@ const QUERIES: &[&str] = &[
     "src/login.py incident",
 ];
 
-/// A ten-turn chat pasted as a query (the shape of the MADial dev queries).
-const DIALOGUE: &str = "Bart: \"Hey, did you know? I'm going to perform a magic trick at the New Year's Eve party!\"
-Assistant: \"That's fantastic! I can imagine the audience being completely captivated by your magic.\"
-Bart: \"I get a bit nervous too. Do you have any suggestions to help me relax?\"
-Assistant: \"Of course! Try taking a deep breath before the performance and imagine yourself as a fearless magician.\"
-Bart: \"By the way, what should I wear?\"
-Assistant: \"Put on your favorite performance outfit, the one that makes you feel confident and comfortable.\"
-Bart: \"My sister said she would film it for our parents, they live abroad now.\"
-Assistant: \"What a lovely idea, they will be so proud to watch it.\"
-Bart: \"I practiced the card trick with PostgreSQL jokes every evening this week after work.\"
-Bart: \"I'm really looking forward to that evening; I want to make it very special!\"";
-
 fn main() {
     if let Ok(filter) = std::env::var("HMG_LOG") {
         tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::new(filter)).init();
@@ -96,6 +84,7 @@ fn main() {
     // query asks every model of the default ensemble).
     let mut embed_samples = Vec::new();
     let mut dialogue_embedding: Option<(f64, f64)> = None;
+    let dialogue = common::DIALOGUE.join("\n");
     match hmg::embed::from_env() {
         Ok(models) if !models.is_empty() => {
             for round in 0..5 {
@@ -120,7 +109,7 @@ fn main() {
             // dialogue each time.
             let mut dialogue_samples = Vec::new();
             for round in 0..20 {
-                let text = format!("{DIALOGUE} ({round})");
+                let text = format!("{dialogue} ({round})");
                 let parts: Vec<&str> = text.lines().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
                 let t = Instant::now();
                 for model in &models {
@@ -192,17 +181,17 @@ fn main() {
                 p95 + percentile_ms(&embed_samples, 0.95)
             );
         }
-        let mut dialogue: Vec<Duration> = (0..40)
+        let mut dialogue_recall: Vec<Duration> = (0..40)
             .map(|round| {
                 let t = Instant::now();
                 memory
-                    .recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{DIALOGUE} ({round})")) })
+                    .recall(&caller, RecallRequest { record: false, ..RecallRequest::new(format!("{dialogue} ({round})")) })
                     .expect("recall");
                 t.elapsed()
             })
             .collect();
-        dialogue.sort();
-        let (d50, d95) = (percentile_ms(&dialogue, 0.5), percentile_ms(&dialogue, 0.95));
+        dialogue_recall.sort();
+        let (d50, d95) = (percentile_ms(&dialogue_recall, 0.5), percentile_ms(&dialogue_recall, 0.95));
         println!("dialogue recall at {n:>6} atoms, query embedding excluded: p50={d50:.3} ms p95={d95:.3} ms");
         if let Some((e50, e95)) = dialogue_embedding {
             println!("dialogue recall at {n:>6} atoms, query embedding included: p50={:.3} ms p95={:.3} ms", d50 + e50, d95 + e95);

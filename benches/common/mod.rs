@@ -14,6 +14,21 @@ const EN: &[&str] = &[
 const ZH: &[&str] = &["{s} 第{i}号配置变更后必须重启", "第{i}次事故可能是{s}导致的", "我们把{s}迁移到了第{i}个集群"];
 const JA: &[&str] = &["{s} は設定変更 {i} の後に必ず再起動する", "障害 {i} の原因はたぶん {s} だ", "{s} をクラスタ {i} に移行した"];
 
+/// A ten-turn chat in the shape of the MADial dev queries (about 230 e5
+/// tokens), one turn per line.
+pub(crate) const DIALOGUE: &[&str] = &[
+    "Bart: \"Hey, did you know? I'm going to perform a magic trick at the New Year's Eve party!\"",
+    "Assistant: \"That's fantastic! I can imagine the audience being completely captivated by your magic.\"",
+    "Bart: \"I get a bit nervous too. Do you have any suggestions to help me relax?\"",
+    "Assistant: \"Of course! Try taking a deep breath before the performance and imagine yourself as a fearless magician.\"",
+    "Bart: \"By the way, what should I wear?\"",
+    "Assistant: \"Put on your favorite performance outfit, the one that makes you feel confident and comfortable.\"",
+    "Bart: \"My sister said she would film it for our parents, they live abroad now.\"",
+    "Assistant: \"What a lovely idea, they will be so proud to watch it.\"",
+    "Bart: \"I practiced the card trick every evening this week after work.\"",
+    "Bart: \"I'm really looking forward to that evening; I want to make it very special!\"",
+];
+
 /// The i-th synthetic memory (distinct for every i).
 pub(crate) fn sentence(i: usize) -> String {
     let subject = SUBJECTS[i % SUBJECTS.len()];
