@@ -48,6 +48,12 @@ int hmg_e5_set_kernel(int kernel) {
     return chosen;
 }
 
+/* The kernel in use (decided from the CPU at first use). */
+static int hmg_kernel_now(void) {
+    int kernel = __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED);
+    return kernel < 0 ? hmg_e5_set_kernel(-1) : kernel;
+}
+
 static const hmg_pack_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
     const hmg_pack_t *found = NULL;
     pthread_mutex_lock(&hmg_pack_lock);
@@ -141,9 +147,7 @@ HMG_TILE(hmg_tile1, 1)
 
 static void hmg_matmul(const block_q4_0 *W, const float *bias, const int8_t *aq, const float *ad,
                        const int32_t *as, float *Y, int L, int nout, int nin) {
-    int kernel = __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED);
-    if (kernel < 0) kernel = hmg_e5_set_kernel(-1);
-    const hmg_pack_t *p = (kernel == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
+    const hmg_pack_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
     if (!p) { matmul_q4q8(W, bias, aq, ad, as, Y, L, nout, nin); return; }
     int nb = nin / QK, pairs = nout / 32, chunks = (L + 63) / 64;
 #pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel())
@@ -239,9 +243,7 @@ static void hmg_head(const float *kt, int Lp, int L, float *prob, const float *q
 
 static void hmg_attention(const float *q, const float *k, const float *v, float *ctx, const int *sstart,
                           const int *send, int T, int H, int NH, int hd, float scale, int maxp) {
-    int kernel = __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED);
-    if (kernel < 0) kernel = hmg_e5_set_kernel(-1);
-    int wide = kernel == 1 && hd == 32;
+    int wide = hmg_kernel_now() == 1 && hd == 32;
     int nseg = 0;
     for (int t = 0; t < T; t = send[t]) nseg++;
     int *seg0 = (int *)malloc(sizeof(int) * (size_t)(nseg > 0 ? nseg : 1));
