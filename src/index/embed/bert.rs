@@ -1,0 +1,463 @@
+//! A BERT sentence-embedding model (all-MiniLM-L6-v2 by default) on HMG's
+//! own engine (`csrc/bert.c`, the integer kernels that run
+//! multilingual-e5-small): the model's safetensors weights quantized at
+//! load to 8 bits per 32-weight block, its `tokenizer.json` through the
+//! `tokenizers` crate, mean pooling. No ONNX Runtime: loading takes tens
+//! of milliseconds and a few megabytes beyond the mapped file.
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::{EmbedError, Embedder, default_models_dir};
+
+#[repr(C)]
+struct CModel {
+    _private: [u8; 0],
+}
+
+unsafe extern "C" {
+    fn hmg_bert_new(
+        hidden: c_int,
+        layers: c_int,
+        heads: c_int,
+        intermediate: c_int,
+        vocab: c_int,
+        max_positions: c_int,
+        eps: f32,
+        tensors: *const *const f32,
+    ) -> *mut CModel;
+    fn hmg_bert_free(model: *mut CModel);
+    fn hmg_bert_embed(model: *mut CModel, ids: *const i32, lens: *const i32, n: c_int, out: *mut f32) -> c_int;
+    fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
+}
+
+/// The matmul kernel the engine runs (process-wide). The default is the
+/// best the CPU has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain C (any CPU).
+    Plain,
+    /// AVX2 (most x86 CPUs since 2013).
+    Avx2,
+    /// AVX512-VNNI (Intel since 2019, AMD since Zen 4).
+    Vnni,
+}
+
+/// Asks for `kernel` (one the CPU lacks falls back: VNNI → AVX2 → plain)
+/// and returns the one now in use. Benches and tests compare them in one
+/// process.
+pub fn set_kernel(kernel: Kernel) -> Kernel {
+    let code = match kernel {
+        Kernel::Plain => 0,
+        Kernel::Vnni => 1,
+        Kernel::Avx2 => 2,
+    };
+    // SAFETY: a plain setter; takes effect on the next matmul.
+    match unsafe { hmg_bert_set_kernel(code) } {
+        1 => Kernel::Vnni,
+        2 => Kernel::Avx2,
+        _ => Kernel::Plain,
+    }
+}
+
+/// The files a model directory must hold.
+const MODEL_FILES: [&str; 3] = ["model.safetensors", "tokenizer.json", "config.json"];
+
+/// Texts per engine call in a large batch (bounds the activations' memory:
+/// 64 texts of 256 tokens need ~60 MB).
+const CALL_TEXTS: usize = 64;
+
+/// The model's shape, from `config.json`.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    intermediate: usize,
+    vocab: usize,
+    max_positions: usize,
+    eps: f32,
+}
+
+/// A BERT model on HMG's engine. Opening it checks the files and reads the
+/// shape; the weights and tokenizer load at the first text embedded.
+pub struct BertEmbedder {
+    model_dir: PathBuf,
+    shape: Shape,
+    /// Tokens per text, [CLS] and [SEP] included (longer texts are cut).
+    max_tokens: usize,
+    loaded: OnceLock<Result<Loaded, String>>,
+    id: String,
+    languages: Option<Vec<String>>,
+}
+
+struct Loaded {
+    tokenizer: Tokenizer,
+    /// Serializes calls: each one already spreads over every core.
+    model: Mutex<ModelPtr>,
+    /// The weights the engine reads in place (embeddings, norms, biases).
+    _weights: Weights,
+}
+
+struct ModelPtr(*mut CModel);
+// SAFETY: the engine's model is read-only after loading; calls are
+// serialized through the Mutex.
+unsafe impl Send for ModelPtr {}
+
+impl Drop for ModelPtr {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from hmg_bert_new and is freed once,
+        // before the weights it reads (field order in `Loaded`).
+        unsafe { hmg_bert_free(self.0) }
+    }
+}
+
+impl std::fmt::Debug for BertEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BertEmbedder").field("id", &self.id).finish()
+    }
+}
+
+fn model_error(path: &Path, message: impl Into<String>) -> EmbedError {
+    EmbedError::ModelFile { path: path.to_path_buf(), message: message.into() }
+}
+
+impl BertEmbedder {
+    /// Opens `HMG_MODEL_DIR` (default `<data>/hmg/models/all-MiniLM-L6-v2`).
+    pub fn from_env() -> Result<BertEmbedder, EmbedError> {
+        let model_dir = std::env::var_os("HMG_MODEL_DIR")
+            .map(PathBuf::from)
+            .or_else(|| default_models_dir().map(|d| d.join("all-MiniLM-L6-v2")))
+            .ok_or_else(|| model_error(Path::new("model.safetensors"), "no data directory"))?;
+        BertEmbedder::open(&model_dir)
+    }
+
+    /// Opens the model in `model_dir`: `model.safetensors` (float32
+    /// weights), `tokenizer.json`, `config.json` (a BERT with GELU),
+    /// optionally `sentence_bert_config.json` (its `max_seq_length`,
+    /// default 256) and `languages` (the language codes it understands, one
+    /// per line; without it the model is taken to be multilingual). Missing
+    /// files and shapes the engine cannot run are errors now; the weights
+    /// load at first use (`Embedder::warm_up` loads them at once).
+    pub fn open(model_dir: &Path) -> Result<BertEmbedder, EmbedError> {
+        for file in MODEL_FILES {
+            let path = model_dir.join(file);
+            if !path.is_file() {
+                return Err(model_error(&path, "no such file"));
+            }
+        }
+        let config_path = model_dir.join("config.json");
+        let config = read_json(&config_path)?;
+        let shape = Shape::from_config(&config).map_err(|message| model_error(&config_path, message))?;
+        let max_seq = match read_json(&model_dir.join("sentence_bert_config.json")) {
+            Ok(st) => st.get("max_seq_length").and_then(serde_json::Value::as_u64).map_or(256, |n| n as usize),
+            Err(_) => 256,
+        };
+        let name = model_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "bert".into());
+        let languages = std::fs::read_to_string(model_dir.join("languages"))
+            .ok()
+            .map(|text| text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect());
+        Ok(BertEmbedder {
+            model_dir: model_dir.to_path_buf(),
+            shape,
+            max_tokens: max_seq.clamp(3, shape.max_positions),
+            loaded: OnceLock::new(),
+            id: format!("bert:{name}:{}:q8", shape.hidden),
+            languages,
+        })
+    }
+
+    fn loaded(&self) -> Result<&Loaded, EmbedError> {
+        self.loaded
+            .get_or_init(|| {
+                let started = std::time::Instant::now();
+                let loaded = self.load().map_err(|e| e.to_string());
+                tracing::debug!(model = %self.id, ms = started.elapsed().as_millis() as u64, ok = loaded.is_ok(), "model loaded");
+                loaded
+            })
+            .as_ref()
+            .map_err(|message| EmbedError::Backend(message.clone()))
+    }
+
+    fn load(&self) -> Result<Loaded, EmbedError> {
+        let tokenizer_path = self.model_dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| model_error(&tokenizer_path, e.to_string()))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: self.max_tokens, ..TruncationParams::default() }))
+            .map_err(|e| model_error(&tokenizer_path, e.to_string()))?;
+        tokenizer.with_padding(None);
+        let weights = Weights::map(&self.model_dir.join("model.safetensors"), &self.shape)?;
+        let s = self.shape;
+        let pointers = weights.pointers();
+        // SAFETY: `pointers` holds 5 + 16 * layers pointers to float32
+        // tensors of the sizes the engine reads (checked by Weights::map),
+        // which live in `weights`, kept beside the model and dropped after.
+        let model = unsafe {
+            hmg_bert_new(
+                s.hidden as c_int,
+                s.layers as c_int,
+                s.heads as c_int,
+                s.intermediate as c_int,
+                s.vocab as c_int,
+                s.max_positions as c_int,
+                s.eps,
+                pointers.as_ptr(),
+            )
+        };
+        if model.is_null() {
+            return Err(EmbedError::Backend(format!("the BERT engine could not load {} (out of memory?)", self.model_dir.display())));
+        }
+        Ok(Loaded { tokenizer, model: Mutex::new(ModelPtr(model)), _weights: weights })
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let loaded = self.loaded()?;
+        let dims = self.shape.hidden;
+        let mut vectors = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(CALL_TEXTS) {
+            let mut ids: Vec<i32> = Vec::new();
+            let mut lens: Vec<i32> = Vec::with_capacity(chunk.len());
+            for text in chunk {
+                let encoding = loaded.tokenizer.encode(*text, true).map_err(|e| EmbedError::Backend(format!("tokenizer: {e}")))?;
+                let before = ids.len();
+                ids.extend(encoding.get_ids().iter().map(|id| i32::try_from(*id).unwrap_or(i32::MAX)));
+                lens.push((ids.len() - before) as i32);
+            }
+            let mut out = vec![0.0f32; chunk.len() * dims];
+            let model = loaded.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // SAFETY: ids holds the sum of lens tokens, out n * dims floats;
+            // the engine checks every id and length.
+            let status = unsafe { hmg_bert_embed(model.0, ids.as_ptr(), lens.as_ptr(), lens.len() as c_int, out.as_mut_ptr()) };
+            drop(model);
+            if status != 0 {
+                return Err(EmbedError::Backend(format!("the BERT engine refused a batch of {} texts (status {status})", chunk.len())));
+            }
+            vectors.extend(out.chunks(dims).map(<[f32]>::to_vec));
+        }
+        Ok(vectors)
+    }
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, EmbedError> {
+    let bytes = std::fs::read(path).map_err(|e| model_error(path, e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| model_error(path, format!("not JSON: {e}")))
+}
+
+impl Shape {
+    fn from_config(config: &serde_json::Value) -> Result<Shape, String> {
+        let number = |key: &str| -> Result<usize, String> {
+            config
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .filter(|n| *n > 0 && *n < (1 << 24))
+                .map(|n| n as usize)
+                .ok_or_else(|| format!("no positive \"{key}\""))
+        };
+        let kind = config.get("model_type").and_then(serde_json::Value::as_str).unwrap_or("");
+        if kind != "bert" {
+            return Err(format!("model_type is \"{kind}\"; this engine runs \"bert\""));
+        }
+        let activation = config.get("hidden_act").and_then(serde_json::Value::as_str).unwrap_or("gelu");
+        if activation != "gelu" {
+            return Err(format!("hidden_act is \"{activation}\"; this engine runs \"gelu\""));
+        }
+        let shape = Shape {
+            hidden: number("hidden_size")?,
+            layers: number("num_hidden_layers")?,
+            heads: number("num_attention_heads")?,
+            intermediate: number("intermediate_size")?,
+            vocab: number("vocab_size")?,
+            max_positions: number("max_position_embeddings")?,
+            eps: config.get("layer_norm_eps").and_then(serde_json::Value::as_f64).unwrap_or(1e-12) as f32,
+        };
+        if !shape.hidden.is_multiple_of(32)
+            || !shape.intermediate.is_multiple_of(32)
+            || !shape.hidden.is_multiple_of(shape.heads)
+            || shape.max_positions < 3
+        {
+            return Err(format!(
+                "hidden_size {} and intermediate_size {} must be multiples of 32, hidden_size of num_attention_heads {}, and max_position_embeddings at least 3",
+                shape.hidden, shape.intermediate, shape.heads
+            ));
+        }
+        Ok(shape)
+    }
+}
+
+/// The model's float32 tensors: the safetensors file memory-mapped, each
+/// tensor found by name and checked for type and shape. A tensor not
+/// aligned for floats in the file is copied.
+struct Weights {
+    _map: memmap2::Mmap,
+    copies: Vec<Vec<f32>>,
+    /// (in the map, or index into copies) per tensor, in the engine's order.
+    tensors: Vec<Tensor>,
+}
+
+enum Tensor {
+    Mapped(*const f32),
+    Copied(usize),
+}
+
+// SAFETY: the pointers point into the read-only map owned alongside.
+unsafe impl Send for Weights {}
+unsafe impl Sync for Weights {}
+
+impl Weights {
+    fn map(path: &Path, s: &Shape) -> Result<Weights, EmbedError> {
+        let file = std::fs::File::open(path).map_err(|e| model_error(path, e.to_string()))?;
+        // SAFETY: the file is mapped read-only and private; HMG never
+        // writes it (a model file changed underneath is the installer's
+        // doing, as with any mapped model).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| model_error(path, e.to_string()))?;
+        let index = SafeTensors::parse(&map).map_err(|message| model_error(path, message))?;
+        let (h, ff) = (s.hidden, s.intermediate);
+        let mut wanted: Vec<(String, Vec<usize>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![s.vocab, h]),
+            ("embeddings.position_embeddings.weight".into(), vec![s.max_positions, h]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![0, h]),
+            ("embeddings.LayerNorm.weight".into(), vec![h]),
+            ("embeddings.LayerNorm.bias".into(), vec![h]),
+        ];
+        for l in 0..s.layers {
+            let p = format!("encoder.layer.{l}.");
+            for (name, shape) in [
+                ("attention.self.query.weight", vec![h, h]),
+                ("attention.self.query.bias", vec![h]),
+                ("attention.self.key.weight", vec![h, h]),
+                ("attention.self.key.bias", vec![h]),
+                ("attention.self.value.weight", vec![h, h]),
+                ("attention.self.value.bias", vec![h]),
+                ("attention.output.dense.weight", vec![h, h]),
+                ("attention.output.dense.bias", vec![h]),
+                ("attention.output.LayerNorm.weight", vec![h]),
+                ("attention.output.LayerNorm.bias", vec![h]),
+                ("intermediate.dense.weight", vec![ff, h]),
+                ("intermediate.dense.bias", vec![ff]),
+                ("output.dense.weight", vec![h, ff]),
+                ("output.dense.bias", vec![h]),
+                ("output.LayerNorm.weight", vec![h]),
+                ("output.LayerNorm.bias", vec![h]),
+            ] {
+                wanted.push((format!("{p}{name}"), shape));
+            }
+        }
+        let mut copies = Vec::new();
+        let mut tensors = Vec::with_capacity(wanted.len());
+        for (name, shape) in wanted {
+            let bytes = index.f32_tensor(&map, &name, &shape).map_err(|message| model_error(path, message))?;
+            if bytes.as_ptr().align_offset(std::mem::align_of::<f32>()) == 0 {
+                tensors.push(Tensor::Mapped(bytes.as_ptr().cast::<f32>()));
+            } else {
+                copies.push(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect());
+                tensors.push(Tensor::Copied(copies.len() - 1));
+            }
+        }
+        Ok(Weights { _map: map, copies, tensors })
+    }
+
+    fn pointers(&self) -> Vec<*const f32> {
+        self.tensors
+            .iter()
+            .map(|t| match t {
+                Tensor::Mapped(p) => *p,
+                Tensor::Copied(i) => self.copies[*i].as_ptr(),
+            })
+            .collect()
+    }
+}
+
+/// The header of a safetensors file: tensor name → (dtype, shape, byte range).
+struct SafeTensors {
+    data_start: usize,
+    header: serde_json::Map<String, serde_json::Value>,
+}
+
+impl SafeTensors {
+    fn parse(file: &[u8]) -> Result<SafeTensors, String> {
+        let length = file
+            .get(..8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .ok_or("not safetensors: shorter than 8 bytes")?;
+        let end = usize::try_from(length)
+            .ok()
+            .and_then(|l| l.checked_add(8))
+            .filter(|e| *e <= file.len())
+            .ok_or("not safetensors: header longer than the file")?;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&file[8..end]).map_err(|e| format!("not safetensors: header is not a JSON object: {e}"))?;
+        Ok(SafeTensors { data_start: end, header })
+    }
+
+    /// The bytes of float32 tensor `name` (or `bert.name`) of `shape` (a 0
+    /// in the first dimension: any number of rows, at least one).
+    fn f32_tensor<'a>(&self, file: &'a [u8], name: &str, shape: &[usize]) -> Result<&'a [u8], String> {
+        let entry =
+            self.header.get(name).or_else(|| self.header.get(&format!("bert.{name}"))).ok_or_else(|| format!("no tensor {name}"))?;
+        let dtype = entry.get("dtype").and_then(serde_json::Value::as_str).unwrap_or("");
+        if dtype != "F32" {
+            return Err(format!("tensor {name} is {dtype}; the engine reads F32"));
+        }
+        let actual: Vec<usize> = entry
+            .get("shape")
+            .and_then(serde_json::Value::as_array)
+            .map(|d| d.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
+            .unwrap_or_default();
+        let fits = actual.len() == shape.len() && actual.iter().zip(shape).all(|(a, w)| if *w == 0 { *a > 0 } else { a == w });
+        if !fits {
+            return Err(format!("tensor {name} has shape {actual:?}, config.json implies {shape:?}"));
+        }
+        let offsets: Vec<usize> = entry
+            .get("data_offsets")
+            .and_then(serde_json::Value::as_array)
+            .map(|o| o.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
+            .unwrap_or_default();
+        let [from, to] = offsets[..] else { return Err(format!("tensor {name} has no data_offsets")) };
+        let elements: usize = actual.iter().product();
+        let range = self.data_start.checked_add(from).zip(self.data_start.checked_add(to));
+        match range {
+            Some((a, b)) if a <= b && b <= file.len() && b - a == elements * 4 => Ok(&file[a..b]),
+            _ => Err(format!("tensor {name}'s data_offsets do not fit its shape or the file")),
+        }
+    }
+}
+
+impl Embedder for BertEmbedder {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn dims(&self) -> usize {
+        self.shape.hidden
+    }
+
+    fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed(&[text])?.pop().ok_or_else(|| EmbedError::Backend("no vector returned".into()))
+    }
+
+    /// Queries and passages share the recipe: a dialogue's parts run as
+    /// one call.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
+
+    fn languages(&self) -> Option<&[String]> {
+        self.languages.as_deref()
+    }
+
+    fn warm_up(&self) -> Result<(), EmbedError> {
+        self.loaded().map(|_| ())
+    }
+}
