@@ -105,16 +105,17 @@ fn main() {
                 percentile_ms(&embed_samples, 0.95)
             );
             // A dialogue query: what recall embeds for it with every model
-            // (the whole text, then its last parts in one batch), a fresh
+            // (the whole text and its last parts in one call), a fresh
             // dialogue each time.
             let mut dialogue_samples = Vec::new();
             for round in 0..20 {
                 let text = format!("{dialogue} ({round})");
-                let parts: Vec<&str> = text.lines().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+                let mut texts: Vec<&str> = text.lines().rev().take(4).collect();
+                texts.push(&text);
+                texts.reverse();
                 let t = Instant::now();
                 for model in &models {
-                    let _ = model.embed_query(&text);
-                    let _ = model.embed_queries(&parts);
+                    let _ = model.embed_queries(&texts);
                 }
                 dialogue_samples.push(t.elapsed());
             }
