@@ -130,7 +130,9 @@ impl Semantic {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
             return Ok(vector.clone());
         }
-        let vector = self.embedder.embed_query(query)?;
+        let embedder = Arc::clone(&self.embedder);
+        let owned = query.to_owned();
+        let vector = embed::on_engine_thread(move || embedder.embed_query(&owned))??;
         let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if cache.len() >= QUERY_CACHE_ENTRIES {
             cache.clear();
@@ -148,7 +150,12 @@ impl Semantic {
         };
         let missing: Vec<&str> = queries.iter().zip(&vectors).filter(|(_, v)| v.is_none()).map(|(q, _)| *q).collect();
         if !missing.is_empty() {
-            let fresh = self.embedder.embed_queries(&missing)?;
+            let embedder = Arc::clone(&self.embedder);
+            let owned: Vec<String> = missing.iter().map(|q| (*q).to_owned()).collect();
+            let fresh = embed::on_engine_thread(move || {
+                let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+                embedder.embed_queries(&refs)
+            })??;
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if cache.len() + fresh.len() > QUERY_CACHE_ENTRIES {
                 cache.clear();
@@ -184,10 +191,14 @@ impl Semantic {
         if texts.is_empty() {
             return Ok(vectors);
         }
-        let refs: Vec<&str> = texts.iter().map(|(_, t)| t.as_str()).collect();
-        let embedded = self.embedder.embed_passages(&refs)?;
-        if embedded.len() != refs.len() {
-            return Err(crate::index::embed::EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), refs.len())));
+        let embedder = Arc::clone(&self.embedder);
+        let owned: Vec<String> = texts.iter().map(|(_, t)| t.clone()).collect();
+        let embedded = embed::on_engine_thread(move || {
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            embedder.embed_passages(&refs)
+        })??;
+        if embedded.len() != texts.len() {
+            return Err(crate::index::embed::EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), texts.len())));
         }
         for ((i, _), vector) in texts.iter().zip(embedded) {
             vectors[*i] = Some(vector);

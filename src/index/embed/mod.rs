@@ -74,6 +74,45 @@ pub trait Embedder: Send + Sync {
     }
 }
 
+/// Runs `work` on the process's one engine thread and returns its result.
+/// The C engines parallelize with OpenMP, which keeps a pool of worker
+/// threads per calling thread: called from whichever tokio blocking thread
+/// serves a request, a server grew a pool per thread and woke cold workers;
+/// one caller keeps one warm pool. Calls queue (each already uses every
+/// core). A panic in `work` is an error, and the thread lives on.
+pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, EmbedError> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static ENGINE: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<Job>>>> = std::sync::OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("hmg-embed".into())
+            .spawn(move || {
+                for job in receiver {
+                    job();
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(sender))
+    });
+    let Some(engine) = engine else {
+        // No thread could be started: run here.
+        return Ok(work());
+    };
+    let (answer, result) = std::sync::mpsc::sync_channel(1);
+    let span = tracing::Span::current();
+    let job: Job = Box::new(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| span.in_scope(work)));
+        let _ = answer.send(outcome.ok());
+    });
+    engine
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| EmbedError::Backend("the embedding thread is gone".into()))?;
+    result.recv().ok().flatten().ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into()))
+}
+
 /// Scales `v` to unit length (no-op for the zero vector).
 pub fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
