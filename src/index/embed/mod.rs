@@ -184,3 +184,22 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
     }
     Ok(embedders)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::on_engine_thread;
+
+    #[test]
+    fn the_engine_thread_answers_in_order_and_outlives_a_panic() {
+        let first = on_engine_thread(|| std::thread::current().name().map(str::to_owned)).unwrap();
+        assert_eq!(first.as_deref(), Some("hmg-embed"));
+        #[allow(clippy::panic)]
+        let failed = on_engine_thread(|| -> u32 { panic!("engine failure") });
+        assert!(failed.unwrap_err().to_string().contains("panicked"));
+        // Still there, and the same thread (one OpenMP pool).
+        let again = on_engine_thread(|| std::thread::current().name().map(str::to_owned)).unwrap();
+        assert_eq!(again, first);
+        let answers: Vec<usize> = (0..20).map(|i| on_engine_thread(move || i * 2).unwrap()).collect();
+        assert_eq!(answers, (0..20).map(|i| i * 2).collect::<Vec<_>>());
+    }
+}
