@@ -43,48 +43,27 @@ typedef struct hmg_bert {
  * default). Returns the one in use. */
 int hmg_bert_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
 
-/* 32 weights -> unsigned bytes (round to nearest even of w / d, within
- * +-127, plus 128); returns the scale d = max |w| / 127. */
-static float q8_block(const float *w, uint8_t *u) {
-    float amax = 0.f;
-    for (int k = 0; k < HMG_QK; k++) { float a = fabsf(w[k]); if (a > amax) amax = a; }
-    float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
-    for (int k = 0; k < HMG_QK; k++) {
-        int v = (int)lrintf(w[k] * id);
-        u[k] = (uint8_t)((v > 127 ? 127 : v < -127 ? -127 : v) + 128);
-    }
-    return d;
-}
-
-/* The same on AVX512 (its conversion rounds to nearest even, as lrintf). */
-HMG_TARGET static float q8_block512(const float *w, uint8_t *u) {
-    const __m512 sign = _mm512_set1_ps(-0.f);
-    __m512 x0 = _mm512_loadu_ps(w), x1 = _mm512_loadu_ps(w + 16);
-    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
-    float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
-    __m512 vid = _mm512_set1_ps(id);
-    __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), zero = _mm512_set1_epi32(128);
-    __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
-    i0 = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(i0, hi), lo), zero);
-    i1 = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(i1, hi), lo), zero);
-    _mm_storeu_si128((__m128i *)u, _mm512_cvtepi32_epi8(i0));
-    _mm_storeu_si128((__m128i *)(u + 16), _mm512_cvtepi32_epi8(i1));
-    return d;
-}
-
-/* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block). */
+/* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):
+ * the activations' quantizer (hmg_quantize: scale max |w| / 127, round to
+ * nearest even), kept within +-127 so the AVX2 tile's 16-bit pair sums
+ * cannot overflow, stored with zero point 128. */
 static hmg_packed_t *pack_q8(const float *W, int nout, int nin) {
+    int nb = nin / HMG_QK;
     hmg_packed_t *p = hmg_pack_new(nout, nin, 128);
-    if (!p) return NULL;
-    int nb = nin / HMG_QK, wide = hmg_kernel_now() == 1;
+    int8_t *q = (int8_t *)malloc((size_t)nout * nin);
+    float *d = (float *)malloc(sizeof(float) * (size_t)nout * nb);
+    int32_t *s = (int32_t *)malloc(sizeof(int32_t) * (size_t)nout * nb);
+    if (!p || !q || !d || !s) { hmg_pack_free(p); free(q); free(d); free(s); return NULL; }
+    hmg_quantize(W, nout, nin, q, d, s);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < nout; o++)
         for (int b = 0; b < nb; b++) {
-            const float *w = W + (size_t)o * nin + (size_t)b * HMG_QK;
+            const int8_t *w = q + (size_t)o * nin + (size_t)b * HMG_QK;
             uint8_t u[HMG_QK];
-            float d = wide ? q8_block512(w, u) : q8_block(w, u);
-            hmg_pack_block(p, o, b, u, d);
+            for (int k = 0; k < HMG_QK; k++) u[k] = (uint8_t)((w[k] < -127 ? -127 : w[k]) + 128);
+            hmg_pack_block(p, o, b, u, d[(size_t)o * nb + b]);
         }
+    free(q); free(d); free(s);
     return p;
 }
 

@@ -406,20 +406,12 @@ impl SafeTensors {
         if dtype != "F32" {
             return Err(format!("tensor {name} is {dtype}; the engine reads F32"));
         }
-        let actual: Vec<usize> = entry
-            .get("shape")
-            .and_then(serde_json::Value::as_array)
-            .map(|d| d.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
-            .unwrap_or_default();
+        let actual = numbers(entry, "shape");
         let fits = actual.len() == shape.len() && actual.iter().zip(shape).all(|(a, w)| if *w == 0 { *a > 0 } else { a == w });
         if !fits {
             return Err(format!("tensor {name} has shape {actual:?}, config.json implies {shape:?}"));
         }
-        let offsets: Vec<usize> = entry
-            .get("data_offsets")
-            .and_then(serde_json::Value::as_array)
-            .map(|o| o.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
-            .unwrap_or_default();
+        let offsets = numbers(entry, "data_offsets");
         let [from, to] = offsets[..] else { return Err(format!("tensor {name} has no data_offsets")) };
         let elements: usize = actual.iter().product();
         let range = self.data_start.checked_add(from).zip(self.data_start.checked_add(to));
@@ -428,6 +420,15 @@ impl SafeTensors {
             _ => Err(format!("tensor {name}'s data_offsets do not fit its shape or the file")),
         }
     }
+}
+
+/// The whole numbers in the array `key` of a header entry (none when absent).
+fn numbers(entry: &serde_json::Value, key: &str) -> Vec<usize> {
+    entry
+        .get(key)
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
+        .unwrap_or_default()
 }
 
 impl Embedder for BertEmbedder {
