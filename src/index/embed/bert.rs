@@ -46,9 +46,13 @@ pub enum Kernel {
     Avx2,
     /// AVX512-VNNI (Intel since 2019, AMD since Zen 4).
     Vnni,
+    /// AMX tiles in bf16 for batches of 32 tokens or more, VNNI for the
+    /// rest (Intel Xeon since Sapphire Rapids, where Linux grants the
+    /// process AMX).
+    Amx,
 }
 
-/// Asks for `kernel` (one the CPU lacks falls back: VNNI → AVX2 → plain)
+/// Asks for `kernel` (one the CPU lacks falls back: AMX → VNNI → AVX2 → plain)
 /// and returns the one now in use. Benches and tests compare them in one
 /// process.
 pub fn set_kernel(kernel: Kernel) -> Kernel {
@@ -56,9 +60,11 @@ pub fn set_kernel(kernel: Kernel) -> Kernel {
         Kernel::Plain => 0,
         Kernel::Vnni => 1,
         Kernel::Avx2 => 2,
+        Kernel::Amx => 3,
     };
     // SAFETY: a plain setter; takes effect on the next matmul.
     match unsafe { hmg_bert_set_kernel(code) } {
+        3 => Kernel::Amx,
         1 => Kernel::Vnni,
         2 => Kernel::Avx2,
         _ => Kernel::Plain,

