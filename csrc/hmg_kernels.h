@@ -42,6 +42,10 @@
 typedef struct {
     int nout, nin, zero;
     uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero */
+    uint8_t *q4; /* 4-bit weights (zero 8) also as nibbles, for VNNI:
+                  * [nout/16][nin/32][4][16][4], group 2g in the low
+                  * nibbles, 2g + 1 in the high ones: half the bytes to
+                  * stream for a short query */
     float *d;   /* [nout/16][nin/32][16] block scales */
     uint16_t *bf; /* the same weights as bf16 AMX tiles, made at first use
                    * (hmg_amx_weights): [nout/16][nin/32][16 input pairs][16][2] */
@@ -106,7 +110,8 @@ static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
     p->nout = nout; p->nin = nin; p->zero = zero;
     p->q = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin + 63) / 64 * 64);
     p->d = (float *)aligned_alloc(64, (tiles * nb * 16 * sizeof(float) + 63) / 64 * 64);
-    if (!p->q || !p->d) { free(p->q); free(p->d); free(p); return NULL; }
+    if (zero == 8) p->q4 = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin / 2 + 63) / 64 * 64);
+    if (!p->q || !p->d || (zero == 8 && !p->q4)) { free(p->q); free(p->q4); free(p->d); free(p); return NULL; }
     return p;
 }
 
@@ -116,12 +121,17 @@ static inline HMG_UNUSED void hmg_pack_block(hmg_packed_t *p, int o, int b, cons
     size_t nb = (size_t)p->nin / HMG_QK, at = ((size_t)(o / 16) * nb + b);
     uint8_t *dst = p->q + at * 512 + (size_t)(o % 16) * 4;
     for (int j = 0; j < HMG_QK / 4; j++) memcpy(dst + j * 64, u + j * 4, 4);
+    if (p->q4) {
+        uint8_t *n = p->q4 + at * 256 + (size_t)(o % 16) * 4;
+        for (int g = 0; g < HMG_QK / 8; g++)
+            for (int k = 0; k < 4; k++) n[g * 64 + k] = (uint8_t)((u[g * 8 + k] & 15) | (u[g * 8 + 4 + k] & 15) << 4);
+    }
     p->d[at * 16 + (o % 16)] = d;
 }
 
 static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
     if (!p) return;
-    free(p->q); free(p->d); free(p->bf); free(p);
+    free(p->q); free(p->q4); free(p->d); free(p->bf); free(p);
 }
 
 /* One token's blocks on AVX512: amax, scale, round to nearest even (as
@@ -190,8 +200,9 @@ static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
     }
 }
 
-/* NT tokens x 32 outputs (two 16-output tiles). */
-#define HMG_TILE(NAME, NT)                                                                           \
+/* NT tokens x 32 outputs (two 16-output tiles); Q4: the weights as
+ * nibbles (blocks of 256 bytes), else bytes (blocks of 512). */
+#define HMG_TILE(NAME, NT, Q4)                                                                       \
     HMG_TARGET static void NAME(const uint8_t *q0, const uint8_t *q1, const float *d0, const float *d1, \
                                 int nb, const int8_t *aq, const float *ad, const int32_t *as, int nin, \
                                 const float *bias, float *Y, int nout, int zero) {                    \
@@ -200,10 +211,19 @@ static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
         for (int b = 0; b < nb; b++) {                                                               \
             __m512i i0[NT], i1[NT];                                                                  \
             for (int t = 0; t < NT; t++) { i0[t] = _mm512_setzero_si512(); i1[t] = _mm512_setzero_si512(); } \
-            const uint8_t *w0 = q0 + (size_t)b * 512, *w1 = q1 + (size_t)b * 512;                   \
+            const uint8_t *w0 = q0 + (size_t)b * (Q4 ? 256 : 512), *w1 = q1 + (size_t)b * (Q4 ? 256 : 512); \
             for (int kk = 0; kk < 8; kk++) {                                                         \
-                __m512i x0 = _mm512_load_si512((const void *)(w0 + kk * 64));                        \
-                __m512i x1 = _mm512_load_si512((const void *)(w1 + kk * 64));                        \
+                __m512i x0, x1;                                                                      \
+                if (Q4) {                                                                            \
+                    const __m512i low = _mm512_set1_epi8(15);                                        \
+                    __m512i v0 = _mm512_load_si512((const void *)(w0 + (kk / 2) * 64));              \
+                    __m512i v1 = _mm512_load_si512((const void *)(w1 + (kk / 2) * 64));              \
+                    if (kk & 1) { v0 = _mm512_srli_epi16(v0, 4); v1 = _mm512_srli_epi16(v1, 4); }    \
+                    x0 = _mm512_and_si512(v0, low); x1 = _mm512_and_si512(v1, low);                  \
+                } else {                                                                             \
+                    x0 = _mm512_load_si512((const void *)(w0 + kk * 64));                            \
+                    x1 = _mm512_load_si512((const void *)(w1 + kk * 64));                            \
+                }                                                                                    \
                 for (int t = 0; t < NT; t++) {                                                       \
                     int32_t a4;                                                                      \
                     memcpy(&a4, aq + (size_t)t * nin + b * HMG_QK + kk * 4, 4);                      \
@@ -228,8 +248,10 @@ static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
         }                                                                                            \
     }
 
-HMG_TILE(hmg_tile4, 4)
-HMG_TILE(hmg_tile1, 1)
+HMG_TILE(hmg_tile4, 4, 0)
+HMG_TILE(hmg_tile1, 1, 0)
+HMG_TILE(hmg_tile4_q4, 4, 1)
+HMG_TILE(hmg_tile1_q4, 1, 1)
 
 /* NT tokens x 16 outputs on AVX2 (CPUs without AVX512-VNNI, most laptops
  * before 2021): the stored bytes minus the zero point are the signed
@@ -551,7 +573,15 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
             const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
             const float *b = bias ? bias + o : NULL;
             int t = t0;
-            if (wide) {
+            if (wide && p->q4) {
+                const uint8_t *n0 = p->q4 + (size_t)(2 * pair) * nb * 256, *n1 = n0 + (size_t)nb * 256;
+                for (; t + 4 <= t1; t += 4)
+                    hmg_tile4_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                                 Y + (size_t)t * nout + o, nout, zero);
+                for (; t < t1; t++)
+                    hmg_tile1_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                                 Y + (size_t)t * nout + o, nout, zero);
+            } else if (wide) {
                 for (; t + 4 <= t1; t += 4)
                     hmg_tile4(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
                               Y + (size_t)t * nout + o, nout, zero);
