@@ -32,6 +32,86 @@ pub(crate) struct Embedded {
     snapshot: Mutex<Option<Arc<ReadSnapshot>>>,
     /// Quads written since RocksDB's memtables were last flushed.
     unflushed: std::sync::atomic::AtomicUsize,
+    /// Every quad of recently described subjects ([`DescribeCache`]).
+    described: Mutex<DescribeCache>,
+}
+
+/// Subjects described (all their quads in one graph) kept between reads:
+/// recall hydrates up to 30 atoms per query, and Oxigraph decodes every
+/// term of every quad with a RocksDB read of its string (two thirds of a
+/// recall's time at 2k atoms without embedding, under perf). A commit
+/// applies its removals and insertions to the subjects kept and moves
+/// `generation` on, so a read that raced a commit is not kept; this
+/// process is the store's only writer (RocksDB's lock), so nothing else
+/// can change it.
+#[derive(Default)]
+struct DescribeCache {
+    generation: u64,
+    entries: std::collections::HashMap<(NamedNode, GraphName), Arc<Vec<Quad>>>,
+    /// Insertion order, for eviction (keys may already be gone).
+    order: std::collections::VecDeque<(NamedNode, GraphName)>,
+}
+
+/// A subject's quads in one order whether they come from the cache or the
+/// store (Oxigraph's order follows its term hashes, which a cache updated
+/// in place cannot keep): by predicate, then object.
+fn canonical_order(quads: &mut [Quad]) {
+    // Objects are spelled out only for a predicate with several values.
+    quads.sort_by(|a, b| a.predicate.as_str().cmp(b.predicate.as_str()).then_with(|| a.object.to_string().cmp(&b.object.to_string())));
+}
+
+/// Subjects kept in the [`DescribeCache`] (an atom is ~20–30 quads: a few
+/// tens of megabytes at most).
+const DESCRIBED_SUBJECTS: usize = 4096;
+
+impl DescribeCache {
+    fn keep(&mut self, generation: u64, key: (NamedNode, GraphName), quads: &[Quad]) {
+        if generation != self.generation || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.entries.len() >= DESCRIBED_SUBJECTS {
+            let Some(oldest) = self.order.pop_front() else { break };
+            self.entries.remove(&oldest);
+        }
+        // Keys invalidated since they were queued pile up in `order`.
+        if self.order.len() >= DESCRIBED_SUBJECTS * 4 {
+            let entries = &self.entries;
+            self.order.retain(|key| entries.contains_key(key));
+        }
+        self.order.push_back(key.clone());
+        self.entries.insert(key, Arc::new(quads.to_vec()));
+    }
+
+    /// Applies a committed change to the subjects kept: their quads stay
+    /// exactly the store's (recall usage is written to the atoms a recall
+    /// just read; dropping them would empty the cache at every usage flush).
+    fn apply<'a>(&mut self, removed: impl Iterator<Item = &'a Quad>, inserted: impl Iterator<Item = &'a Quad>) {
+        self.generation += 1;
+        let key = |quad: &Quad| match &quad.subject {
+            NamedOrBlankNode::NamedNode(subject) => Some((subject.clone(), quad.graph_name.clone())),
+            NamedOrBlankNode::BlankNode(_) => None,
+        };
+        for quad in removed {
+            if let Some(quads) = key(quad).and_then(|k| self.entries.get_mut(&k)) {
+                Arc::make_mut(quads).retain(|q| q != quad);
+            }
+        }
+        for quad in inserted {
+            if let Some(quads) = key(quad).and_then(|k| self.entries.get_mut(&k))
+                && !quads.contains(quad)
+            {
+                let quads = Arc::make_mut(quads);
+                quads.push(quad.clone());
+                canonical_order(quads);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.generation += 1;
+        self.entries.clear();
+        self.order.clear();
+    }
 }
 
 /// Quads written between two memtable flushes. Oxigraph gives RocksDB a
@@ -107,7 +187,12 @@ impl Embedded {
             exclusive: Mutex::new(()),
             snapshot: Mutex::new(None),
             unflushed: std::sync::atomic::AtomicUsize::new(0),
+            described: Mutex::new(DescribeCache::default()),
         }
+    }
+
+    fn described(&self) -> std::sync::MutexGuard<'_, DescribeCache> {
+        self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Counts `quads` just committed; flushes the memtables when
@@ -208,10 +293,27 @@ impl Backend for Embedded {
         object: Option<&Term>,
         graph: GraphNameRef<'_>,
     ) -> Result<Vec<Quad>> {
+        // A whole subject (an atom, a scope): from the cache when it is there.
+        let cached = match (subject, predicate, object) {
+            (Some(subject), None, None) => {
+                let key = (subject.into_owned(), graph.into_owned());
+                let described = self.described();
+                if let Some(quads) = described.entries.get(&key) {
+                    return Ok(quads.as_ref().clone());
+                }
+                Some((key, described.generation))
+            }
+            _ => None,
+        };
         let store = self.handle();
-        Ok(store
+        let mut quads = store
             .quads_for_pattern(subject.map(Into::into), predicate, object.map(Term::as_ref), Some(graph))
-            .collect::<Result<Vec<_>, _>>()?)
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some((key, generation)) = cached {
+            canonical_order(&mut quads);
+            self.described().keep(generation, key, &quads);
+        }
+        Ok(quads)
     }
 
     fn graphs(&self) -> Result<Vec<NamedNode>> {
@@ -239,6 +341,7 @@ impl Backend for Embedded {
             written += 1;
         }
         tx.commit()?;
+        self.described().apply(changes.removed.iter(), changes.inserted());
         self.written(&store, written);
         Ok(Committed::Applied)
     }
@@ -251,6 +354,7 @@ impl Backend for Embedded {
             tx.insert(quad);
         }
         tx.commit()?;
+        self.described().apply(std::iter::empty(), quads.iter());
         self.written(&store, quads.len());
         Ok(())
     }
@@ -283,6 +387,7 @@ impl Backend for Embedded {
             let mut guard = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             *guard = next;
         }
+        self.described().clear();
         drop(old);
         layout::remove_stale_generations(root, &next_dir);
         // Checkpoints hard-link the old files, destroyed content included.
@@ -344,5 +449,65 @@ mod tests {
         drop(store);
         let reopened = Embedded::open(dir.path()).unwrap();
         assert_eq!(reopened.handle().len().unwrap(), (FLUSH_EVERY_QUADS / 1000 + 1) * 1000);
+    }
+
+    #[test]
+    fn a_described_subject_is_served_from_memory_and_kept_equal_to_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Embedded::open(dir.path()).unwrap();
+        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        let other = GraphName::NamedNode(NamedNode::new("urn:test:other").unwrap());
+        let subject = NamedNode::new("urn:test:atom").unwrap();
+        let status = NamedNode::new("urn:test:status").unwrap();
+        let content = NamedNode::new("urn:test:content").unwrap();
+        let quad = |p: &NamedNode, o: &str, g: &GraphName| Quad::new(subject.clone(), p.clone(), Literal::from(o), g.clone());
+        let describe = |g: &GraphName| store.quads(Some(subject.as_ref()), None, None, g.as_ref()).unwrap();
+        let mut changes = ChangeSet::default();
+        changes.insert(quad(&status, "active", &graph));
+        changes.insert(quad(&content, "老李的猫叫 Mochi", &graph));
+        changes.insert(quad(&content, "elsewhere", &other));
+        store.commit(&changes, &Guard::default()).unwrap();
+        let first = describe(&graph);
+        assert_eq!(first.len(), 2, "one graph's quads only: {first:?}");
+        assert_eq!(store.described().entries.len(), 1, "kept after the first read");
+        assert_eq!(describe(&graph), first, "the same quads from memory");
+        assert_eq!(describe(&other).len(), 1, "another graph is another entry");
+
+        // A commit touching the subject: the next read sees it (from
+        // memory: the commit applied itself to the entry).
+        let mut changes = ChangeSet::default();
+        changes.remove(quad(&status, "active", &graph));
+        changes.insert(quad(&status, "negated", &graph));
+        store.commit(&changes, &Guard::default()).unwrap();
+        let second = describe(&graph);
+        assert!(second.contains(&quad(&status, "negated", &graph)) && !second.contains(&quad(&status, "active", &graph)), "{second:?}");
+        let mut stored: Vec<Quad> = store
+            .handle()
+            .quads_for_pattern(Some(subject.as_ref().into()), None, None, Some(graph.as_ref()))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        super::canonical_order(&mut stored);
+        assert_eq!(second, stored, "the kept quads are the store's, in one order");
+        assert_eq!(store.described().entries.len(), 2, "updated in place, not dropped");
+        assert_eq!(describe(&other).len(), 1, "the other graph's entry was not the one written");
+
+        // A read that raced a commit is not kept.
+        let generation = store.described().generation;
+        store.described().apply(std::iter::empty(), std::iter::empty());
+        store.described().entries.clear();
+        store.described().keep(generation, (subject.clone(), graph.clone()), &first);
+        assert!(store.described().entries.is_empty(), "a stale read was kept");
+
+        // Loads update too, vacuums start afresh; the cache stays bounded.
+        store.load(&[quad(&content, "loaded", &graph)]).unwrap();
+        assert_eq!(describe(&graph).len(), 3);
+        store.vacuum().unwrap();
+        assert!(store.described().entries.is_empty());
+        assert_eq!(describe(&graph).len(), 3);
+        for i in 0..super::DESCRIBED_SUBJECTS + 10 {
+            let s = NamedNode::new(format!("urn:test:s{i}")).unwrap();
+            store.quads(Some(s.as_ref()), None, None, graph.as_ref()).unwrap();
+        }
+        assert!(store.described().entries.len() <= super::DESCRIBED_SUBJECTS);
     }
 }
