@@ -41,11 +41,13 @@
 /* One packed weight matrix [nout][nin] (nout % 32 == 0, nin % 32 == 0). */
 typedef struct {
     int nout, nin, zero;
-    uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero */
-    uint8_t *q4; /* 4-bit weights (zero 8) also as nibbles, for VNNI:
+    uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero (8-bit
+                 * weights only) */
+    uint8_t *q4; /* 4-bit weights (zero 8) as nibbles instead, for VNNI:
                   * [nout/16][nin/32][4][16][4], group 2g in the low
                   * nibbles, 2g + 1 in the high ones: half the bytes to
-                  * stream for a short query */
+                  * stream for a short query (4-bit packs are made only
+                  * where the CPU has VNNI) */
     float *d;   /* [nout/16][nin/32][16] block scales */
     uint16_t *bf; /* the same weights as bf16 AMX tiles, made at first use
                    * (hmg_amx_weights): [nout/16][nin/32][16 input pairs][16][2] */
@@ -108,10 +110,10 @@ static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
     if (!p) return NULL;
     size_t nb = (size_t)nin / HMG_QK, tiles = (size_t)nout / 16;
     p->nout = nout; p->nin = nin; p->zero = zero;
-    p->q = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin + 63) / 64 * 64);
-    p->d = (float *)aligned_alloc(64, (tiles * nb * 16 * sizeof(float) + 63) / 64 * 64);
     if (zero == 8) p->q4 = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin / 2 + 63) / 64 * 64);
-    if (!p->q || !p->d || (zero == 8 && !p->q4)) { free(p->q); free(p->q4); free(p->d); free(p); return NULL; }
+    else p->q = (uint8_t *)aligned_alloc(64, ((size_t)nout * nin + 63) / 64 * 64);
+    p->d = (float *)aligned_alloc(64, (tiles * nb * 16 * sizeof(float) + 63) / 64 * 64);
+    if ((!p->q && !p->q4) || !p->d) { free(p->q); free(p->q4); free(p->d); free(p); return NULL; }
     return p;
 }
 
@@ -119,8 +121,10 @@ static HMG_UNUSED hmg_packed_t *hmg_pack_new(int nout, int nin, int zero) {
  * and its scale. Blocks may be stored from several threads at once. */
 static inline HMG_UNUSED void hmg_pack_block(hmg_packed_t *p, int o, int b, const uint8_t *u, float d) {
     size_t nb = (size_t)p->nin / HMG_QK, at = ((size_t)(o / 16) * nb + b);
-    uint8_t *dst = p->q + at * 512 + (size_t)(o % 16) * 4;
-    for (int j = 0; j < HMG_QK / 4; j++) memcpy(dst + j * 64, u + j * 4, 4);
+    if (p->q) {
+        uint8_t *dst = p->q + at * 512 + (size_t)(o % 16) * 4;
+        for (int j = 0; j < HMG_QK / 4; j++) memcpy(dst + j * 64, u + j * 4, 4);
+    }
     if (p->q4) {
         uint8_t *n = p->q4 + at * 256 + (size_t)(o % 16) * 4;
         for (int g = 0; g < HMG_QK / 8; g++)
@@ -440,7 +444,9 @@ static const uint16_t *hmg_amx_weights(const hmg_packed_t *p) {
         for (int n = 0; n < 16; n++) {
             float dd = p->d[at * 16 + n];
             for (int k = 0; k < HMG_QK; k++) {
-                int w = (int)p->q[at * 512 + (size_t)(k / 4) * 64 + n * 4 + k % 4] - p->zero;
+                int u = p->q ? p->q[at * 512 + (size_t)(k / 4) * 64 + n * 4 + k % 4]
+                             : p->q4[at * 256 + (size_t)(k / 8) * 64 + n * 4 + k % 4] >> ((k / 4) % 2 * 4) & 15;
+                int w = u - p->zero;
                 bf[at * 512 + (size_t)(k / 2) * 32 + n * 2 + k % 2] = hmg_bf16((float)w * dd);
             }
         }
@@ -569,11 +575,10 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
     for (int c = 0; c < chunks; c++)
         for (int pair = 0; pair < pairs; pair++) {
             int t0 = c * size, t1 = t0 + size < L ? t0 + size : L, o = pair * 32;
-            const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
             const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
             const float *b = bias ? bias + o : NULL;
             int t = t0;
-            if (wide && p->q4) {
+            if (p->q4) { /* made only where the CPU has VNNI */
                 const uint8_t *n0 = p->q4 + (size_t)(2 * pair) * nb * 256, *n1 = n0 + (size_t)nb * 256;
                 for (; t + 4 <= t1; t += 4)
                     hmg_tile4_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
@@ -581,7 +586,10 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                 for (; t < t1; t++)
                     hmg_tile1_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
                                  Y + (size_t)t * nout + o, nout, zero);
-            } else if (wide) {
+                continue;
+            }
+            const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
+            if (wide) {
                 for (; t + 4 <= t1; t += 4)
                     hmg_tile4(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
                               Y + (size_t)t * nout + o, nout, zero);
