@@ -257,6 +257,9 @@ HMG_TILE(hmg_tile1, 1, 0)
 HMG_TILE(hmg_tile4_q4, 4, 1)
 HMG_TILE(hmg_tile1_q4, 1, 1)
 
+typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, const float *, int, const int8_t *, const float *,
+                            const int32_t *, int, const float *, float *, int, int);
+
 /* NT tokens x 16 outputs on AVX2 (CPUs without AVX512-VNNI, most laptops
  * before 2021): the stored bytes minus the zero point are the signed
  * weights; vpmaddubsw multiplies |w| by a * sign(w) (no 16-bit overflow:
@@ -578,40 +581,35 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
             const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
             const float *b = bias ? bias + o : NULL;
             int t = t0;
-            if (p->q4) { /* made only where the CPU has VNNI */
-                const uint8_t *n0 = p->q4 + (size_t)(2 * pair) * nb * 256, *n1 = n0 + (size_t)nb * 256;
+            if (p->q4 || wide) {
+                /* 4-bit packs (nibbles) are made only where the CPU has VNNI. */
+                int q4 = p->q4 != NULL;
+                const uint8_t *w0 = q4 ? p->q4 + (size_t)(2 * pair) * nb * 256 : p->q + (size_t)(2 * pair) * nb * 512;
+                const uint8_t *w1 = w0 + (size_t)nb * (q4 ? 256 : 512);
+                hmg_tile_fn tile4 = q4 ? hmg_tile4_q4 : hmg_tile4, tile1 = q4 ? hmg_tile1_q4 : hmg_tile1;
                 for (; t + 4 <= t1; t += 4)
-                    hmg_tile4_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                                 Y + (size_t)t * nout + o, nout, zero);
+                    tile4(w0, w1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                          Y + (size_t)t * nout + o, nout, zero);
                 for (; t < t1; t++)
-                    hmg_tile1_q4(n0, n1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                                 Y + (size_t)t * nout + o, nout, zero);
+                    tile1(w0, w1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                          Y + (size_t)t * nout + o, nout, zero);
                 continue;
             }
             const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
-            if (wide) {
-                for (; t + 4 <= t1; t += 4)
-                    hmg_tile4(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                              Y + (size_t)t * nout + o, nout, zero);
-                for (; t < t1; t++)
-                    hmg_tile1(q0, q1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                              Y + (size_t)t * nout + o, nout, zero);
-            } else {
-                for (int half = 0; half < 2; half++) {
-                    const uint8_t *qh = half ? q1 : q0;
-                    const float *dh = half ? d1 : d0, *bh = b ? b + 16 * half : NULL;
-                    float *yh = Y + o + 16 * half;
-                    int u = t0;
-                    if (avx2) {
-                        for (; u + 4 <= t1; u += 4)
-                            hmg_tile4_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
-                        for (; u < t1; u++)
-                            hmg_tile1_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
-                    } else {
-                        for (; u < t1; u++)
-                            hmg_tile_portable(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
-                                              yh + (size_t)u * nout, zero);
-                    }
+            for (int half = 0; half < 2; half++) {
+                const uint8_t *qh = half ? q1 : q0;
+                const float *dh = half ? d1 : d0, *bh = b ? b + 16 * half : NULL;
+                float *yh = Y + o + 16 * half;
+                int u = t0;
+                if (avx2) {
+                    for (; u + 4 <= t1; u += 4)
+                        hmg_tile4_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                    for (; u < t1; u++)
+                        hmg_tile1_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                } else {
+                    for (; u < t1; u++)
+                        hmg_tile_portable(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
+                                          yh + (size_t)u * nout, zero);
                 }
             }
         }
