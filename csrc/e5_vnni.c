@@ -33,7 +33,7 @@ static pthread_mutex_t hmg_pack_lock = PTHREAD_MUTEX_INITIALIZER;
  * default); one the CPU lacks falls back to the next. Returns the one in
  * use (3, 1 or 0). */
 int hmg_e5_set_kernel(int kernel) {
-    int now = hmg_kernel_set(kernel == 0 ? 0 : kernel == 1 ? 1 : -1);
+    int now = hmg_kernel_set(kernel);
     return now == 3 || now == 1 ? now : 0;
 }
 

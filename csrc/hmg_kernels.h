@@ -419,18 +419,14 @@ static HMG_UNUSED void hmg_acts_q8(const int8_t *aq) {
     int8_t *q = a->aq;
     float *d = a->ad;
     int32_t *s = a->as;
-#pragma omp parallel if (!omp_in_parallel() && L >= 8)
-    {
-        float *row = (float *)malloc((size_t)nin * sizeof(float));
-#pragma omp for schedule(static)
-        for (int t = 0; t < L; t++) {
-            /* Out of memory: zeros, never a crash (and never in practice). */
-            if (!row) { memset(q + (size_t)t * nin, 0, (size_t)nin); memset(d + (size_t)t * nb, 0, sizeof(float) * nb); memset(s + (size_t)t * nb, 0, sizeof(int32_t) * nb); continue; }
-            for (int i = 0; i < nin; i++) row[i] = hmg_bf16_float(xb[(size_t)t * nin + i]);
-            hmg_quantize(row, 1, nin, q + (size_t)t * nin, d + (size_t)t * nb, s + (size_t)t * nb);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && L >= 8)
+    for (int t = 0; t < L; t++)
+        for (int b = 0; b < nb; b++) {
+            size_t at = (size_t)t * nin + (size_t)b * HMG_QK;
+            float block[HMG_QK];
+            for (int i = 0; i < HMG_QK; i++) block[i] = hmg_bf16_float(xb[at + i]);
+            hmg_quantize(block, 1, HMG_QK, q + at, d + (size_t)t * nb + b, s + (size_t)t * nb + b);
         }
-        free(row);
-    }
     a->q8 = 1;
 }
 
@@ -475,7 +471,6 @@ typedef struct {
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
 #define HMG_TILE_STORE(t, base, stride) \
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(base)), "r"((long)(stride)) : "memory")
-#define HMG_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 /* tmm c += tmm a (bf16 rows) x tmm b (bf16 input pairs), in float. */
 #define HMG_TILE_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
@@ -521,43 +516,39 @@ static void hmg_amx_block(const uint16_t *xb, int nin, const uint16_t *w0, const
 /* Y[L][nout] = X * W^T + bias on AMX tiles, X as bf16 rows (hmg_acts).
  * Each thread takes a run of (token block, output pair) items, token
  * block outer, so a block's activations stay in its cache while the
- * weights stream. */
-static void hmg_matmul_amx(const hmg_packed_t *p, const uint16_t *wb, const float *bias, const uint16_t *xb, float *Y,
-                           int L) {
+ * weights stream. Returns -1 (nothing computed) when memory runs out. */
+static int hmg_matmul_amx(const hmg_packed_t *p, const uint16_t *wb, const float *bias, const uint16_t *xb, float *Y,
+                          int L) {
     int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, blocks = (L + 31) / 32;
     /* The bias as 16 equal rows per output pair: the accumulators' start. */
     float *init = (float *)aligned_alloc(64, (size_t)pairs * 16 * 32 * sizeof(float));
-    for (int pair = 0; init && pair < pairs; pair++)
+    if (!init) return -1;
+    for (int pair = 0; pair < pairs; pair++)
         for (int r = 0; r < 16; r++)
             for (int j = 0; j < 32; j++) init[((size_t)pair * 16 + r) * 32 + j] = bias ? bias[pair * 32 + j] : 0.f;
 #pragma omp parallel if (!omp_in_parallel() && pairs * blocks > 1)
     {
         hmg_amx_begin();
         float c[32 * 32] __attribute__((aligned(64)));
-        static const float zeros[16 * 32] __attribute__((aligned(64)));
 #pragma omp for collapse(2) schedule(static)
         for (int blk = 0; blk < blocks; blk++)
             for (int pair = 0; pair < pairs; pair++) {
                 int t0 = blk * 32, o = pair * 32, rows = L - t0 < 32 ? L - t0 : 32;
                 const uint16_t *w0 = wb + (size_t)(2 * pair) * nb * 512, *w1 = w0 + (size_t)nb * 512;
-                const float *start = init ? init + (size_t)pair * 16 * 32 : zeros;
+                const float *start = init + (size_t)pair * 16 * 32;
                 if (rows == 32) {
                     hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, Y + (size_t)t0 * nout + o,
                                   (size_t)nout * sizeof(float));
-                    if (!init && bias)
-                        for (int r = 0; r < 32; r++)
-                            for (int j = 0; j < 32; j++) Y[(size_t)(t0 + r) * nout + o + j] += bias[o + j];
                     continue;
                 }
+                /* The last, partial block: through c, its rows that exist. */
                 hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, c, 128);
-                for (int r = 0; r < rows; r++) {
-                    float *y = Y + (size_t)(t0 + r) * nout + o;
-                    for (int j = 0; j < 32; j++) y[j] = c[r * 32 + j] + (!init && bias ? bias[o + j] : 0.f);
-                }
+                for (int r = 0; r < rows; r++) memcpy(Y + (size_t)(t0 + r) * nout + o, c + r * 32, 32 * sizeof(float));
             }
         hmg_amx_end();
     }
     free(init);
+    return 0;
 }
 
 /* Y[L][nout] = X * W^T + bias, X already prepared (hmg_acts; or quantized
@@ -566,7 +557,7 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                                          const int32_t *as, float *Y, int L) {
     int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, zero = p->zero;
     const uint16_t *xb = hmg_bf_acts_for(aq, L, nin), *wb = xb ? hmg_amx_weights(p) : NULL;
-    if (wb) { hmg_matmul_amx(p, wb, bias, xb, Y, L); return; }
+    if (wb && hmg_matmul_amx(p, wb, bias, xb, Y, L) == 0) return;
     hmg_acts_q8(aq);
     int kernel = hmg_kernel_now(), wide = kernel == 1, avx2 = kernel == 2;
     /* Token chunks of at most 64, all of one size (a multiple of 4), so
