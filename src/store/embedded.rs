@@ -48,7 +48,7 @@ pub(crate) struct Embedded {
 struct DescribeCache {
     generation: u64,
     entries: std::collections::HashMap<(NamedNode, GraphName), Arc<Vec<Quad>>>,
-    /// Insertion order, for eviction (keys may already be gone).
+    /// The keys of `entries`, oldest first, for eviction.
     order: std::collections::VecDeque<(NamedNode, GraphName)>,
 }
 
@@ -69,14 +69,10 @@ impl DescribeCache {
         if generation != self.generation || self.entries.contains_key(&key) {
             return;
         }
-        while self.entries.len() >= DESCRIBED_SUBJECTS {
-            let Some(oldest) = self.order.pop_front() else { break };
+        if self.entries.len() >= DESCRIBED_SUBJECTS
+            && let Some(oldest) = self.order.pop_front()
+        {
             self.entries.remove(&oldest);
-        }
-        // Keys invalidated since they were queued pile up in `order`.
-        if self.order.len() >= DESCRIBED_SUBJECTS * 4 {
-            let entries = &self.entries;
-            self.order.retain(|key| entries.contains_key(key));
         }
         self.order.push_back(key.clone());
         self.entries.insert(key, Arc::new(quads.to_vec()));
@@ -492,11 +488,11 @@ mod tests {
         assert_eq!(describe(&other).len(), 1, "the other graph's entry was not the one written");
 
         // A read that raced a commit is not kept.
+        let raced = (NamedNode::new("urn:test:raced").unwrap(), graph.clone());
         let generation = store.described().generation;
         store.described().apply(std::iter::empty(), std::iter::empty());
-        store.described().entries.clear();
-        store.described().keep(generation, (subject.clone(), graph.clone()), &first);
-        assert!(store.described().entries.is_empty(), "a stale read was kept");
+        store.described().keep(generation, raced.clone(), &first);
+        assert!(!store.described().entries.contains_key(&raced), "a stale read was kept");
 
         // Loads update too, vacuums start afresh; the cache stays bounded.
         store.load(&[quad(&content, "loaded", &graph)]).unwrap();
@@ -508,6 +504,8 @@ mod tests {
             let s = NamedNode::new(format!("urn:test:s{i}")).unwrap();
             store.quads(Some(s.as_ref()), None, None, graph.as_ref()).unwrap();
         }
-        assert!(store.described().entries.len() <= super::DESCRIBED_SUBJECTS);
+        let described = store.described();
+        assert!(described.entries.len() <= super::DESCRIBED_SUBJECTS);
+        assert_eq!(described.order.len(), described.entries.len(), "every key kept once in the eviction order");
     }
 }
