@@ -174,7 +174,7 @@ impl Semantic {
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
-        match self.embed_atoms(&[atom]) {
+        match self.start_atoms(&[atom]).and_then(Started::finish) {
             Ok(mut vectors) => vectors.pop().flatten(),
             Err(error) => {
                 tracing::warn!(%error, atom = %atom.id, model = self.embedder.id(), "embedding failed; the atom is indexed without this vector");
@@ -183,25 +183,40 @@ impl Semantic {
         }
     }
 
-    /// This model's vectors for several atoms in one call (the engines
-    /// batch); `None` for an atom without content.
-    fn embed_atoms(&self, atoms: &[&Atom]) -> Result<Vec<Option<Vec<f32>>>, crate::index::embed::EmbedError> {
-        let mut vectors = vec![None; atoms.len()];
+    /// Starts this model's vectors for several atoms (the engines batch,
+    /// and split the batch across cores); [`Started::finish`] waits for them.
+    fn start_atoms(&self, atoms: &[&Atom]) -> Result<Started, crate::index::embed::EmbedError> {
         let texts: Vec<(usize, String)> = atoms.iter().enumerate().filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t))).collect();
-        if texts.is_empty() {
-            return Ok(vectors);
+        let (slots, owned): (Vec<usize>, Vec<String>) = texts.into_iter().unzip();
+        let pending = if owned.is_empty() {
+            None
+        } else {
+            let embedder = Arc::clone(&self.embedder);
+            Some(embed::start_on_engine_threads(owned, move |refs| embedder.embed_passages(refs))?)
+        };
+        Ok(Started { atoms: atoms.len(), slots, pending })
+    }
+}
+
+/// One model's vectors for a batch of atoms, on their way.
+struct Started {
+    atoms: usize,
+    /// The atoms that have text, in the order of the texts sent.
+    slots: Vec<usize>,
+    pending: Option<embed::Pending<Vec<f32>>>,
+}
+
+impl Started {
+    /// The vectors, one per atom (`None` for an atom without content).
+    fn finish(self) -> Result<Vec<Option<Vec<f32>>>, crate::index::embed::EmbedError> {
+        let mut vectors = vec![None; self.atoms];
+        let Some(pending) = self.pending else { return Ok(vectors) };
+        let embedded = pending.wait()?;
+        if embedded.len() != self.slots.len() {
+            return Err(crate::index::embed::EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), self.slots.len())));
         }
-        let embedder = Arc::clone(&self.embedder);
-        let owned: Vec<String> = texts.iter().map(|(_, t)| t.clone()).collect();
-        let embedded = embed::on_engine_thread(move || {
-            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-            embedder.embed_passages(&refs)
-        })??;
-        if embedded.len() != texts.len() {
-            return Err(crate::index::embed::EmbedError::Backend(format!("{} vectors for {} texts", embedded.len(), texts.len())));
-        }
-        for ((i, _), vector) in texts.iter().zip(embedded) {
-            vectors[*i] = Some(vector);
+        for (i, vector) in self.slots.into_iter().zip(embedded) {
+            vectors[i] = Some(vector);
         }
         Ok(vectors)
     }
@@ -307,12 +322,23 @@ impl Indexes {
         }
     }
 
+    /// Whether embedding `atoms` runs in per-core parts
+    /// ([`embed::start_on_engine_threads`]), which leave no core waiting at
+    /// a barrier for a thread the scheduler took away.
+    pub(crate) fn embeds_in_parts(&self, atoms: &[&Atom]) -> bool {
+        let bytes = atoms.iter().map(|a| a.content.as_ref().map_or(0, String::len)).sum();
+        !self.semantic.is_empty() && embed::split_parts(atoms.len(), bytes) > 1
+    }
+
     /// Embeds several atoms with every model, one call per model (the
     /// engines batch); per atom, the vectors in `semantic()` order.
     pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {
         let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
-        for (model, s) in self.semantic.iter().enumerate() {
-            match s.embed_atoms(atoms) {
+        // Every model's runs are queued before any is waited for: the
+        // engine threads go from one model's run to the next without idling.
+        let started: Vec<_> = self.semantic.iter().map(|s| s.start_atoms(atoms)).collect();
+        for (model, (s, started)) in self.semantic.iter().zip(started).enumerate() {
+            match started.and_then(Started::finish) {
                 Ok(embedded) => {
                     for (slot, vector) in vectors.iter_mut().zip(embedded) {
                         slot[model] = vector;
@@ -484,15 +510,17 @@ impl Indexes {
 
     fn index_batch(&self, batch: Vec<(Atom, u64)>) -> Result<(), IndexError> {
         // Per model, embed in one call the atoms it has no vector for.
+        // Every model's runs are queued before any is waited for.
         let mut computed: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; batch.len()];
-        for (model, s) in self.semantic.iter().enumerate() {
+        let mut started = Vec::with_capacity(self.semantic.len());
+        for s in &self.semantic {
             let missing: Vec<usize> =
                 (0..batch.len()).filter(|i| batch[*i].0.content.is_some() && !s.vectors.contains(batch[*i].0.id)).collect();
-            if missing.is_empty() {
-                continue;
-            }
             let atoms: Vec<&Atom> = missing.iter().map(|i| &batch[*i].0).collect();
-            for (i, vector) in missing.into_iter().zip(s.embed_atoms(&atoms)?) {
+            started.push((missing, s.start_atoms(&atoms)));
+        }
+        for (model, (missing, started)) in started.into_iter().enumerate() {
+            for (i, vector) in missing.into_iter().zip(started?.finish()?) {
                 computed[i][model] = vector;
             }
         }

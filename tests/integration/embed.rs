@@ -231,3 +231,34 @@ fn a_broken_bert_model_is_an_error_naming_what_is_wrong_never_a_panic() {
         assert!(model.embed_passages(&["a", "b"]).is_err(), "{case}");
     }
 }
+
+#[test]
+fn one_model_embeds_on_four_threads_at_once_as_it_does_alone() {
+    // The engines hold no lock: a batch split across cores runs its parts
+    // at once on one model (and the lazily made bf16 weights race to be
+    // first). Every thread must get the vectors a lone call gets. Another
+    // test may switch the kernel meanwhile, hence 0.999, not equality.
+    use hmg::embed::bert::BertEmbedder;
+    let e5 = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
+    let dir = hmg::embed::default_models_dir().expect("a data directory").join("all-MiniLM-L6-v2");
+    let bert = BertEmbedder::open(&dir).expect("MiniLM's safetensors (scripts/setup.sh)");
+    let texts: Vec<String> = (0..48)
+        .map(|i| match i % 3 {
+            0 => format!("Memory {i}: Caroline moved the billing retries to the staging cluster last week."),
+            1 => format!("记忆 {i}：老李上周把 Redis 迁移到了第三个集群，之后一直很稳定。"),
+            _ => format!("記憶 {i}：田中さんは毎朝コーヒーを飲んでから駅まで歩きます。"),
+        })
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    for model in [&e5 as &dyn Embedder, &bert] {
+        let alone = model.embed_passages(&refs).unwrap();
+        let together: Vec<Vec<f32>> = std::thread::scope(|scope| {
+            let runs: Vec<_> = refs.chunks(12).map(|run| scope.spawn(move || model.embed_passages(run).unwrap())).collect();
+            runs.into_iter().flat_map(|run| run.join().unwrap()).collect()
+        });
+        assert_eq!(together.len(), alone.len());
+        for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+            assert!(cosine(a, b) > 0.999, "{}: text {i} moved to cosine {}", model.id(), cosine(a, b));
+        }
+    }
+}

