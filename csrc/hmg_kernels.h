@@ -186,11 +186,43 @@ static HMG_UNUSED void hmg_quantize(const float *X, int L, int nin, int8_t *q, f
     }
 }
 
-/* GELU, erf form, in place; with AVX512 sixteen lanes at a time (libmvec's
- * erff; the files are otherwise built for AVX2 at most). */
+/* GELU, erf form, in place; with AVX512 sixteen lanes at a time. erf there
+ * is a rational function of x on [-4, 4] (Eigen's fast float erf: an odd
+ * degree-13 numerator over an even degree-8 denominator; beyond 4, erf is
+ * 1 in float): within 4.2e-7 of erf, GELU within 7.6e-7, and no exp.
+ * libmvec's erff was 6.7% of an import's CPU. */
 #define HMG_GELU(x) (0.5f * (x) * (1.f + erff((x) * 0.70710678118654752440f)))
-__attribute__((target("avx512f,prefer-vector-width=512"))) static void hmg_gelu512(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = HMG_GELU(x[i]);
+__attribute__((target("avx512f"))) static inline __m512 hmg_erf512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(4.f)), _mm512_set1_ps(-4.f));
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(-2.72614225801306e-10f), _mm512_set1_ps(2.77068142495902e-08f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-2.10102402082508e-06f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-5.69250639462346e-05f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-7.34990630326855e-04f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-2.95459980854025e-03f));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-1.60960333262415e-02f));
+    p = _mm512_mul_ps(x, p);
+    __m512 q = _mm512_fmadd_ps(x2, _mm512_set1_ps(-1.45660718464996e-05f), _mm512_set1_ps(-2.13374055278905e-04f));
+    q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-1.68282697438203e-03f));
+    q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-7.37332916720468e-03f));
+    q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-1.42647390514189e-02f));
+    return _mm512_div_ps(p, q);
+}
+
+__attribute__((target("avx512f"))) static void hmg_gelu512(float *x, size_t n) {
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.f), r2 = _mm512_set1_ps(0.70710678118654752440f);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 e = hmg_erf512(_mm512_mul_ps(v, r2));
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 e = hmg_erf512(_mm512_mul_ps(v, r2));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e)));
+    }
 }
 
 static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
