@@ -173,20 +173,13 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
     texts: Vec<String>,
     work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
 ) -> Result<Pending<T>, EmbedError> {
-    let work = Arc::new(work);
-    let bytes: usize = texts.iter().map(String::len).sum();
-    let parts = split_parts(texts.len(), bytes);
     let Some(engines) = engines() else {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         return Ok(Pending(Waiting::Done(work(&refs))));
     };
-    if parts < 2 {
-        let run = move || {
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            work(&refs)
-        };
-        return Ok(Pending(Waiting::Parts(vec![submit(engines, 0, run)?])));
-    }
+    let work = Arc::new(work);
+    let bytes: usize = texts.iter().map(String::len).sum();
+    let parts = split_parts(texts.len(), bytes);
     let mut pending = Vec::with_capacity(parts);
     let mut texts = texts.into_iter().peekable();
     let mut left = bytes;
@@ -204,12 +197,12 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
         }
         left -= run_bytes;
         let work = Arc::clone(&work);
-        pending.push(submit(engines, part, move || {
-            bert::on_one_core(|| {
-                let refs: Vec<&str> = run.iter().map(String::as_str).collect();
-                work(&refs)
-            })
-        })?);
+        let run = move || {
+            let refs: Vec<&str> = run.iter().map(String::as_str).collect();
+            work(&refs)
+        };
+        // One run takes every core (OpenMP); several take one core each.
+        pending.push(if parts == 1 { submit(engines, 0, run)? } else { submit(engines, part, move || bert::on_one_core(run))? });
     }
     Ok(Pending(Waiting::Parts(pending)))
 }
@@ -233,9 +226,9 @@ impl<T> Pending<T> {
             Waiting::Done(vectors) => vectors,
             Waiting::Parts(parts) => {
                 let mut vectors = Vec::new();
-                // Every part is waited for, even after a failure: a run
-                // still queued must not outlive the caller's interest
-                // unnoticed, and errors keep the first one.
+                // Every run is waited for, even after a failure, so none of
+                // this batch is still running when the caller moves on; the
+                // first error is the one returned.
                 let mut failed = None;
                 for part in &parts {
                     match answer(part).and_then(|v| v) {
@@ -323,6 +316,7 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
 
 #[cfg(test)]
 mod tests {
+    use super::bert::openmp_threads;
     use super::{EmbedError, engines, on_engine_thread, split_parts, start_on_engine_threads};
 
     #[test]
@@ -343,12 +337,8 @@ mod tests {
     /// thread it ran on and OpenMP's thread count there.
     fn lengths(texts: &[&str]) -> Result<Vec<(usize, String, i32)>, EmbedError> {
         let thread = std::thread::current().name().unwrap_or("").to_owned();
-        let threads = omp_threads();
+        let threads = openmp_threads();
         Ok(texts.iter().map(|t| (t.len(), thread.clone(), threads)).collect())
-    }
-
-    fn omp_threads() -> i32 {
-        super::bert::openmp_threads()
     }
 
     #[test]
@@ -375,8 +365,8 @@ mod tests {
         if parts > 1 {
             assert!(vectors.iter().all(|v| v.2 == 1), "OpenMP held to one thread in a split run");
             // And the first engine thread gets its own setting back.
-            let after = on_engine_thread(omp_threads).unwrap();
-            assert_eq!(after, on_engine_thread(omp_threads).unwrap());
+            let after = on_engine_thread(openmp_threads).unwrap();
+            assert_eq!(after, on_engine_thread(openmp_threads).unwrap());
             assert!(after >= 1);
         }
         // Too small to split: whole, on the first engine thread.
