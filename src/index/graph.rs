@@ -114,6 +114,14 @@ impl GraphIndex {
         self.applied_version = self.applied_version.max(version);
     }
 
+    /// Records that the write committed as `version` changed no link, when
+    /// every earlier version is applied (else a catch-up replays it).
+    pub(crate) fn skip(&mut self, version: u64) {
+        if self.applied_version + 1 == version {
+            self.applied_version = version;
+        }
+    }
+
     /// Writes the graph to `path` (atomically) unless it is unchanged since
     /// the last write.
     pub(crate) fn save(&mut self, path: &Path) -> std::io::Result<()> {

@@ -256,6 +256,14 @@ impl KeywordIndex {
         self.dirty.store(true, Ordering::SeqCst);
     }
 
+    /// Records that the write committed as `version` changed no document,
+    /// when every earlier version is marked (else a catch-up replays it).
+    pub(crate) fn skip(&self, version: u64) {
+        if self.marked_version() + 1 == version {
+            self.mark(version);
+        }
+    }
+
     /// Commits pending documents (if any) and reloads the reader.
     pub(crate) fn refresh(&self) -> Result<(), KeywordError> {
         if !self.dirty.swap(false, Ordering::SeqCst) {

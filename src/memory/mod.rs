@@ -215,9 +215,20 @@ pub struct MemoryOptions {
     /// A remote SPARQL store instead of the embedded one; the directory
     /// given to [`Memory::open_with`] then holds this node's indexes only.
     pub remote: Option<crate::store::RemoteConfig>,
+    /// Prepare the models in the background from the start of
+    /// [`Memory::open_with`] (for callers about to embed: a server, a
+    /// recall), while the indexes open; else they load at first use.
+    pub warm_up: bool,
 }
 
 impl MemoryOptions {
+    /// Builder: prepare the models while the memory opens.
+    #[must_use]
+    pub fn with_warm_up(mut self, warm_up: bool) -> MemoryOptions {
+        self.warm_up = warm_up;
+        self
+    }
+
     /// Builder: embedding model.
     #[must_use]
     pub fn with_embedder(mut self, embedder: EmbedderChoice) -> MemoryOptions {
@@ -307,6 +318,11 @@ impl Memory {
             EmbedderChoice::Disabled => Ok(Vec::new()),
             EmbedderChoice::Given(embedder) => Ok(vec![embedder]),
         };
+        if options.warm_up
+            && let Ok(models) = &embedder
+        {
+            crate::index::embed::start_warm_up(models.clone());
+        }
         let index_dir = path.map(|p| p.join("index"));
         let indexes = crate::index::Indexes::open(index_dir.as_deref(), &store, embedder)?;
         Ok(Memory {
@@ -450,7 +466,7 @@ impl Memory {
         if pending.is_empty() {
             return Ok(());
         }
-        self.store.write(|tx| {
+        let version = self.store.write(|tx| {
             for ((tenant, id), (at, recalls)) in &pending {
                 let graph_node = store::tenant_graph(tenant);
                 let graph: GraphNameRef<'_> = graph_node.as_ref().into();
@@ -473,8 +489,11 @@ impl Memory {
                     graph,
                 )?;
             }
-            Ok::<_, MemoryError>(())
-        })
+            Ok::<_, MemoryError>(tx.version()?)
+        })?;
+        // Usage is not indexed.
+        self.indexes.skip(version);
+        Ok(())
     }
 }
 

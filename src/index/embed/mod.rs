@@ -148,6 +148,34 @@ pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Sen
     }
 }
 
+/// Loads and prepares `models` on the first engine thread, in the
+/// background: queued before any embedding, so the first query waits only
+/// for what is left of it, while the caller opens the indexes on its own
+/// thread. A model that fails is logged (recall goes on without it).
+pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>) {
+    let warm = move || {
+        for model in &models {
+            let started = std::time::Instant::now();
+            match model.warm_up() {
+                Ok(()) => tracing::debug!(model = model.id(), ms = started.elapsed().as_millis() as u64, "model ready"),
+                Err(error) => tracing::warn!(%error, model = model.id(), "the model cannot run; recall goes on without it"),
+            }
+        }
+    };
+    match engines() {
+        // The answer is not waited for.
+        // On one core: the caller's thread opens the indexes on the other
+        // (OpenMP's workers, spinning between the warm-up's many short
+        // parallel loops, took that core from it).
+        Some(engines) => {
+            if let Err(error) = submit(engines, 0, move || bert::on_one_core(warm)) {
+                tracing::warn!(%error, "could not prepare the models in the background; the first recall does");
+            }
+        }
+        None => warm(),
+    }
+}
+
 /// Least text (in bytes, a proxy for tokens) per part for a batch to be
 /// split: each part's forward pass must stay long enough for the tile
 /// kernels (32 tokens and up).

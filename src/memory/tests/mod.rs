@@ -4,6 +4,7 @@
 
 mod audit;
 mod queries;
+mod reopen;
 
 use crate::{AtomId, Caller, Effect, MemorizeRequest, Memory, Scope};
 
