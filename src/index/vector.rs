@@ -464,55 +464,94 @@ fn saved_graph(bytes: &[u8], dims: usize, entries: &[(u64, Entry)]) -> Option<us
     }
 }
 
+/// A vector file read as a stream, never past its length: at 100k vectors
+/// the file is hundreds of megabytes, which would sit in memory beside what
+/// is built from it; a length read from a damaged file is checked against
+/// what is left before anything is allocated for it.
+struct Stream {
+    reader: std::io::BufReader<std::fs::File>,
+    left: u64,
+}
+
+impl Stream {
+    fn take(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        self.left = self.left.checked_sub(buf.len() as u64).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        self.reader.read_exact(buf)
+    }
+
+    fn u32(&mut self) -> std::io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.take(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.take(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// `len` bytes, when that many are left.
+    fn bytes(&mut self, len: u64) -> std::io::Result<Vec<u8>> {
+        if len > self.left {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidData)?];
+        self.take(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// A string written by [`put_str`].
+    fn string(&mut self) -> std::io::Result<String> {
+        let len = self.u32()?;
+        String::from_utf8(self.bytes(u64::from(len))?).map_err(|_| std::io::ErrorKind::InvalidData.into())
+    }
+}
+
 fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, VectorError> {
     let io = |source| VectorError::Io { path: path.to_path_buf(), source };
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(e)),
     };
-    let mut reader = &bytes[..];
-    let bad = || io(std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated or malformed vector file"));
-    let u32_of = |r: &mut &[u8]| -> Result<u32, VectorError> {
-        let mut b = [0u8; 4];
-        r.read_exact(&mut b).map_err(|_| bad())?;
-        Ok(u32::from_le_bytes(b))
-    };
-    let format = u32_of(&mut reader)?;
-    let stored_model = read_str(&mut reader).ok_or_else(bad)?;
-    let stored_dims = u32_of(&mut reader)? as usize;
+    let left = file.metadata().map_err(io)?.len();
+    let mut stream = Stream { reader: std::io::BufReader::with_capacity(1 << 20, file), left };
+    let bad = |_| io(std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated or malformed vector file"));
+    let format = stream.u32().map_err(bad)?;
+    let stored_model = stream.string().map_err(bad)?;
+    let stored_dims = stream.u32().map_err(bad)? as usize;
     if !(1..=FORMAT).contains(&format) || stored_model != model_id || stored_dims != dims {
         tracing::info!(stored_model, model_id, "vector index belongs to another model or format; rebuilding");
         return Ok(None);
     }
-    let mut u64_buf = [0u8; 8];
-    reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
-    let version = u64::from_le_bytes(u64_buf);
-    reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
-    let count = u64::from_le_bytes(u64_buf);
-    let mut entries = Vec::with_capacity(count.min(10_000_000) as usize);
+    let version = stream.u64().map_err(bad)?;
+    let count = stream.u64().map_err(bad)?;
+    // Every record holds at least its id and its vector.
+    if count.saturating_mul(16 + dims as u64 * 4) > stream.left {
+        return Err(bad(std::io::ErrorKind::InvalidData.into()));
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    let mut raw = vec![0u8; dims * 4];
     for _ in 0..count {
         let mut id = [0u8; 16];
-        reader.read_exact(&mut id).map_err(|_| bad())?;
+        stream.take(&mut id).map_err(bad)?;
         let atom_id = AtomId::from(u128::from_le_bytes(id));
-        let tenant = read_str(&mut reader).ok_or_else(bad)?;
-        let repo_key = read_str(&mut reader).ok_or_else(bad)?;
-        let status = read_str(&mut reader).ok_or_else(bad)?;
-        let (raw, rest) = reader.split_at_checked(dims * 4).ok_or_else(bad)?;
-        reader = rest;
+        let tenant = stream.string().map_err(bad)?;
+        let repo_key = stream.string().map_err(bad)?;
+        let status = stream.string().map_err(bad)?;
+        stream.take(&mut raw).map_err(bad)?;
         let vector = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         entries.push((key_of(atom_id), Entry { atom_id, tenant, repo_key, status, vector }));
     }
     let graph = if format >= 2 {
-        reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
-        let len = usize::try_from(u64::from_le_bytes(u64_buf)).map_err(|_| bad())?;
-        reader.read_exact(&mut u64_buf).map_err(|_| bad())?;
-        let sum = u64::from_le_bytes(u64_buf);
-        let bytes = reader.get(..len).ok_or_else(bad)?;
-        if len == 0 {
+        let len = stream.u64().map_err(bad)?;
+        let sum = stream.u64().map_err(bad)?;
+        let bytes = stream.bytes(len).map_err(bad)?;
+        if bytes.is_empty() {
             None
-        } else if checksum(bytes) == sum {
-            saved_graph(bytes, dims, &entries)
+        } else if checksum(&bytes) == sum {
+            saved_graph(&bytes, dims, &entries)
         } else {
             tracing::warn!(path = %path.display(), "saved vector graph fails its checksum; rebuilding it");
             None
