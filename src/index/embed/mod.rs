@@ -148,13 +148,13 @@ pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Sen
     }
 }
 
-/// Loads and prepares `models` on the first engine thread, in the
-/// background: queued before any embedding, so the first query waits only
-/// for what is left of it, while the caller opens the indexes on its own
-/// thread. A model that fails is logged (recall goes on without it).
+/// Loads and prepares `models` on the engine threads, in the background:
+/// queued before any embedding, so the first query waits only for what is
+/// left of it, while the caller opens the indexes on its own thread. A
+/// model that fails is logged (recall goes on without it).
 pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>) {
-    let warm = move || {
-        for model in &models {
+    let warm = |model: Arc<dyn Embedder>| {
+        move || {
             let started = std::time::Instant::now();
             match model.warm_up() {
                 Ok(()) => tracing::debug!(model = model.id(), ms = started.elapsed().as_millis() as u64, "model ready"),
@@ -162,17 +162,20 @@ pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>) {
             }
         }
     };
-    match engines() {
-        // The answer is not waited for.
-        // On one core: the caller's thread opens the indexes on the other
-        // (OpenMP's workers, spinning between the warm-up's many short
-        // parallel loops, took that core from it).
-        Some(engines) => {
-            if let Err(error) = submit(engines, 0, move || bert::on_one_core(warm)) {
-                tracing::warn!(%error, "could not prepare the models in the background; the first recall does");
-            }
+    let Some(engines) = engines() else {
+        models.into_iter().for_each(|model| warm(model)());
+        return;
+    };
+    // One model per engine thread, each on one core: the models are
+    // independent (a first recall waits for the slower, not the sum), and
+    // OpenMP's workers, spinning between a warm-up's many short parallel
+    // loops, would take the core the caller opens the indexes on. The
+    // answers are not waited for.
+    for (i, model) in models.into_iter().enumerate() {
+        let warm = warm(model);
+        if let Err(error) = submit(engines, i % engines.len(), move || bert::on_one_core(warm)) {
+            tracing::warn!(%error, "could not prepare a model in the background; the first recall does");
         }
-        None => warm(),
     }
 }
 
