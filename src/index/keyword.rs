@@ -258,10 +258,21 @@ impl KeywordIndex {
 
     /// Records that the write committed as `version` changed no document,
     /// when every earlier version is marked (else a catch-up replays it).
+    /// Nothing is pending for a search to commit: [`KeywordIndex::persist`]
+    /// commits the version.
     pub(crate) fn skip(&self, version: u64) {
         if self.marked_version() + 1 == version {
-            self.mark(version);
+            self.pending_version.fetch_max(version, Ordering::SeqCst);
         }
+    }
+
+    /// Commits pending documents, or a version that moved without any
+    /// (skipped writes), so the next open starts from it.
+    pub(crate) fn persist(&self) -> Result<(), KeywordError> {
+        if self.pending_version.load(Ordering::SeqCst) > self.applied_version() {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        self.refresh()
     }
 
     /// Commits pending documents (if any) and reloads the reader.
@@ -420,5 +431,31 @@ mod tests {
         index.remove(ids[0], 6);
         assert!(index.search("t", &repos, &["active"], "PostgreSQL", 10).unwrap().is_empty());
         assert_eq!(index.count("t").unwrap(), 4);
+    }
+
+    /// A skipped version (usage stamps) costs a search no commit; a
+    /// persist commits it, and a reopened index starts from it.
+    #[test]
+    fn a_skipped_version_is_committed_by_persist_not_by_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = ulid::Ulid::generate();
+        let repos = vec!["a/r".to_owned()];
+        {
+            let index = KeywordIndex::open(Some(dir.path())).unwrap();
+            index.upsert(&doc(id, "a/r", "active", "老李的猫叫咪咪"), 1).unwrap();
+            assert_eq!(index.search("t", &repos, &["active"], "猫", 10).unwrap().len(), 1);
+            assert_eq!(index.applied_version(), 1);
+            index.skip(3);
+            assert_eq!(index.marked_version(), 1, "version 2 may hold a document");
+            index.skip(2);
+            assert_eq!(index.marked_version(), 2);
+            assert_eq!(index.search("t", &repos, &["active"], "田中さん", 10).unwrap().len(), 0);
+            assert_eq!(index.applied_version(), 1, "the search committed nothing");
+            index.persist().unwrap();
+            assert_eq!(index.applied_version(), 2);
+        }
+        let reopened = KeywordIndex::open(Some(dir.path())).unwrap();
+        assert_eq!(reopened.marked_version(), 2);
+        assert_eq!(reopened.search("t", &repos, &["active"], "cat 猫", 10).unwrap()[0].0, id);
     }
 }

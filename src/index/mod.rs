@@ -590,7 +590,7 @@ impl Indexes {
     /// Makes buffered changes durable (keyword commit, vector and graph
     /// files).
     pub fn persist(&self) -> Result<(), IndexError> {
-        self.keyword.refresh()?;
+        self.keyword.persist()?;
         for s in &self.semantic {
             s.vectors.persist()?;
         }
