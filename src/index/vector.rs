@@ -334,6 +334,16 @@ impl VectorIndex {
         Ok(hits)
     }
 
+    /// The file's header up to the version, which follows it (and is what
+    /// a save that changed no vector rewrites in place).
+    fn header_prefix(&self) -> Vec<u8> {
+        let mut header = Vec::new();
+        header.extend_from_slice(&FORMAT.to_le_bytes());
+        put_str(&mut header, &self.model_id);
+        header.extend_from_slice(&(self.dims as u32).to_le_bytes());
+        header
+    }
+
     /// Writes the index to disk if it changed since the last save.
     pub fn persist(&self) -> Result<(), VectorError> {
         let Some(dir) = &self.dir else { return Ok(()) };
@@ -348,7 +358,7 @@ impl VectorIndex {
             // file again (32 MB at 10k vectors). Written or not, the file
             // is right for both versions; unsynced, a crash keeps the old
             // one and the next open replays a little more.
-            let offset = (4 + 4 + self.model_id.len() + 4) as u64;
+            let offset = self.header_prefix().len() as u64;
             let io = |source| VectorError::Io { path: path.clone(), source };
             match std::fs::OpenOptions::new().write(true).open(&path) {
                 Ok(mut file) => {
@@ -367,10 +377,7 @@ impl VectorIndex {
         {
             let file = std::fs::File::create(&tmp).map_err(io)?;
             let mut out = std::io::BufWriter::new(file);
-            let mut header = Vec::new();
-            header.extend_from_slice(&FORMAT.to_le_bytes());
-            put_str(&mut header, &self.model_id);
-            header.extend_from_slice(&(self.dims as u32).to_le_bytes());
+            let mut header = self.header_prefix();
             header.extend_from_slice(&inner.applied_version.to_le_bytes());
             header.extend_from_slice(&(inner.entries.len() as u64).to_le_bytes());
             out.write_all(&header).map_err(io)?;
