@@ -379,9 +379,14 @@ impl Memory {
     /// store's memtables, so the next open does not replay a large
     /// write-ahead log (after a 20k-line import that replay took 17 s).
     pub fn flush(&self) -> Result<()> {
+        let started = std::time::Instant::now();
         self.flush_usage()?;
+        let usage_us = started.elapsed().as_micros() as u64;
         self.persist_indexes()?;
-        Ok(self.store.flush()?)
+        let indexes_us = started.elapsed().as_micros() as u64 - usage_us;
+        self.store.flush()?;
+        tracing::debug!(usage_us, indexes_us, total_us = started.elapsed().as_micros() as u64, "memory flushed");
+        Ok(())
     }
 
     /// The store's version: the number of committed writes (every write of
