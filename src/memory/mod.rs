@@ -37,11 +37,11 @@ mod recall;
 pub mod reflect;
 #[cfg(test)]
 mod tests;
+mod usage;
 mod write;
 
 pub(crate) use crate::store::codec::{insert_atom, kind_of_class, literal_value, load_atom, load_atom_cached, set_atom_literal};
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -219,6 +219,10 @@ pub struct MemoryOptions {
     /// [`Memory::open_with`] (for callers about to embed: a server, a
     /// recall), while the indexes open; else they load at first use.
     pub warm_up: bool,
+    /// A one-shot process (a CLI recall): its recall usage is parked in the
+    /// store directory's journal at close rather than committed (see
+    /// `usage.rs`), and committed by the next process that is not one.
+    pub park_usage: bool,
 }
 
 impl MemoryOptions {
@@ -226,6 +230,13 @@ impl MemoryOptions {
     #[must_use]
     pub fn with_warm_up(mut self, warm_up: bool) -> MemoryOptions {
         self.warm_up = warm_up;
+        self
+    }
+
+    /// Builder: park recall usage at close (a one-shot process).
+    #[must_use]
+    pub fn with_park_usage(mut self, park_usage: bool) -> MemoryOptions {
+        self.park_usage = park_usage;
         self
     }
 
@@ -257,7 +268,11 @@ pub struct Memory {
     indexes: crate::index::Indexes,
     pub(crate) recall_config: crate::recall::RecallConfig,
     ids: Mutex<ulid::Generator>,
-    usage: Mutex<Usage>,
+    usage: Mutex<usage::Usage>,
+    /// `usage.journal` of a store on disk ([`usage`]).
+    usage_journal: Option<std::path::PathBuf>,
+    /// Park recall usage in the journal at close (one-shot processes).
+    park_usage: bool,
     /// Serializes catching the indexes up with a shared store.
     sync: Mutex<()>,
     /// This node's hold on its local directory (remote store: the store has
@@ -265,24 +280,9 @@ pub struct Memory {
     _node_lock: Option<std::fs::File>,
 }
 
-/// Recall usage not yet written: (tenant, atom) → (last recalled, recalls).
-/// Stamps are bookkeeping, so they are batched instead of costing a store
-/// write per recall; a crash may lose the last few seconds of them, never a
-/// memory.
-#[derive(Debug)]
-struct Usage {
-    pending: HashMap<(String, AtomId), (DateTime<Utc>, u64)>,
-    since: std::time::Instant,
-}
-
-/// Pending usage stamps written once there are this many…
-const USAGE_BATCH: usize = 256;
-/// …or once the oldest is this old.
-const USAGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
-
 impl Drop for Memory {
     fn drop(&mut self) {
-        if let Err(error) = self.flush_usage() {
+        if let Err(error) = self.settle_usage() {
             tracing::warn!(%error, "could not write pending recall usage");
         }
     }
@@ -325,15 +325,21 @@ impl Memory {
         }
         let index_dir = path.map(|p| p.join("index"));
         let indexes = crate::index::Indexes::open(index_dir.as_deref(), &store, embedder)?;
-        Ok(Memory {
+        // Usage is parked only beside an embedded store (this node's own).
+        let journal = path.filter(|_| options.remote.is_none()).map(usage::journal_path);
+        let memory = Memory {
             store,
             indexes,
             recall_config: options.recall,
             ids: Mutex::new(ulid::Generator::new()),
-            usage: Mutex::new(Usage { pending: HashMap::new(), since: std::time::Instant::now() }),
+            usage: Mutex::new(usage::Usage::new()),
+            usage_journal: journal,
+            park_usage: options.park_usage,
             sync: Mutex::new(()),
             _node_lock: node_lock,
-        })
+        };
+        memory.take_parked_usage();
+        Ok(memory)
     }
 
     /// Brings the indexes up to the store's version when other nodes write
@@ -380,7 +386,7 @@ impl Memory {
     /// write-ahead log (after a 20k-line import that replay took 17 s).
     pub fn flush(&self) -> Result<()> {
         let started = std::time::Instant::now();
-        self.flush_usage()?;
+        self.settle_usage()?;
         let usage_us = started.elapsed().as_micros() as u64;
         self.persist_indexes()?;
         let indexes_us = started.elapsed().as_micros() as u64 - usage_us;
@@ -438,67 +444,6 @@ impl Memory {
             }
         }
         Err(StoreError::Corrupt(format!("evolution chain of {id} does not end")).into())
-    }
-}
-
-impl Memory {
-    /// Notes that a recall returned `ids`: `lastRecalledAt` = now and
-    /// `recallCount` + 1, written in batches (see [`USAGE_BATCH`]). Usage
-    /// bookkeeping, not a change of memory: no audit entry.
-    pub(crate) fn record_recalls(&self, tenant: &str, ids: &[AtomId]) -> Result<()> {
-        let now = Memory::now();
-        let due = {
-            let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if usage.pending.is_empty() {
-                usage.since = std::time::Instant::now();
-            }
-            for id in ids {
-                let entry = usage.pending.entry((tenant.to_owned(), *id)).or_insert((now, 0));
-                entry.0 = now;
-                entry.1 += 1;
-            }
-            usage.pending.len() >= USAGE_BATCH || usage.since.elapsed() >= USAGE_MAX_AGE
-        };
-        if due { self.flush_usage() } else { Ok(()) }
-    }
-
-    /// Writes the pending recall usage (one transaction).
-    pub(crate) fn flush_usage(&self) -> Result<()> {
-        let pending = {
-            let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            std::mem::take(&mut usage.pending)
-        };
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let version = self.store.write(|tx| {
-            for ((tenant, id), (at, recalls)) in &pending {
-                let graph_node = store::tenant_graph(tenant);
-                let graph: GraphNameRef<'_> = graph_node.as_ref().into();
-                let iri = store::atom_iri(*id);
-                // A tombstoned or unknown atom keeps no usage.
-                if tx.object(iri.as_ref(), hmg::STATUS, graph)?.is_none() {
-                    continue;
-                }
-                let count = tx
-                    .object(iri.as_ref(), hmg::RECALL_COUNT, graph)?
-                    .as_ref()
-                    .and_then(literal_value)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(0);
-                tx.set(iri.as_ref(), hmg::LAST_RECALLED_AT, &Term::Literal(crate::store::audit::datetime_literal(*at)), graph)?;
-                tx.set(
-                    iri.as_ref(),
-                    hmg::RECALL_COUNT,
-                    &Term::Literal(Literal::from(count + i64::try_from(*recalls).unwrap_or(i64::MAX))),
-                    graph,
-                )?;
-            }
-            Ok::<_, MemoryError>(tx.version()?)
-        })?;
-        // Usage is not indexed.
-        self.indexes.skip(version);
-        Ok(())
     }
 }
 

@@ -225,3 +225,40 @@ fn reflect_on_disk_expires_past_due_memories_and_the_audit_chain_verifies() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("until"));
 }
+
+/// `hmg recall` is a one-shot process: it parks its recall usage beside
+/// the store (no store write at exit) and the next process of another kind
+/// commits it before it reads, so a SPARQL query sees every recall.
+#[test]
+fn cli_recalls_park_their_usage_and_a_sparql_query_sees_all_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    for content in ["PostgreSQL must be restarted after a config change", "老李的猫叫咪咪"] {
+        let out = hmg(&store, tmp.path(), &["memorize", content]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // How many of the recalls returned each memory.
+    let (mut postgres, mut cat) = (0, 0);
+    for query in ["PostgreSQL restart", "PostgreSQL config change", "老李的猫"] {
+        let out = hmg(&store, tmp.path(), &["recall", query]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        postgres += usize::from(text.contains("PostgreSQL must be restarted"));
+        cat += usize::from(text.contains("老李的猫叫咪咪"));
+        assert!(store.join("usage.journal").exists(), "{query}: parked, not committed");
+    }
+    assert!(postgres >= 2 && cat >= 1, "{postgres} {cat}");
+    let query = tmp.path().join("usage.rq");
+    std::fs::write(
+        &query,
+        "PREFIX hmg: <https://w3id.org/hmg/ns#>\nSELECT ?content ?count WHERE { ?a hmg:content ?content ; hmg:recallCount ?count } ORDER BY ?content",
+    )
+    .unwrap();
+    let out = hmg(&store, tmp.path(), &["sparql", query.to_str().unwrap(), "--format", "csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = |expected: String| text.lines().any(|line| line.trim_end() == expected);
+    assert!(row(format!("PostgreSQL must be restarted after a config change,{postgres}")), "{text}");
+    assert!(row(format!("老李的猫叫咪咪,{cat}")), "{text}");
+    assert!(!store.join("usage.journal").exists(), "committed, then removed");
+}

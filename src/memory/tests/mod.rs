@@ -5,6 +5,7 @@
 mod audit;
 mod queries;
 mod reopen;
+mod usage;
 
 use crate::{AtomId, Caller, Effect, MemorizeRequest, Memory, Scope};
 
