@@ -13,6 +13,17 @@ fn journal(dir: &std::path::Path) -> std::path::PathBuf {
     dir.join("usage.journal")
 }
 
+/// A store on disk holding one memory (its id), closed.
+fn store_with_one_memory() -> (tempfile::TempDir, crate::Caller, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = caller("acme/api");
+    let memory = open(dir.path(), false);
+    let pg = remember(&memory, &c, "PostgreSQL must be restarted after a config change");
+    memory.flush().expect("flush");
+    drop(memory);
+    (dir, c, pg)
+}
+
 /// (recall count, last recalled) of an atom, as stored.
 fn usage_of(memory: &Memory, atom: &str) -> (u64, Option<chrono::DateTime<chrono::Utc>>) {
     let atom = memory.atom("alice", id(atom)).expect("read").expect("the atom");
@@ -66,14 +77,7 @@ fn one_shot_recalls_park_their_usage_and_the_next_other_process_commits_it() {
 
 #[test]
 fn a_read_in_a_parking_process_sees_every_parked_stamp() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let c = caller("acme/api");
-    let pg = {
-        let memory = open(dir.path(), false);
-        let pg = remember(&memory, &c, "PostgreSQL must be restarted after a config change");
-        memory.flush().expect("flush");
-        pg
-    };
+    let (dir, c, pg) = store_with_one_memory();
     {
         let memory = open(dir.path(), true);
         memory.recall(&c, RecallRequest::new("PostgreSQL restart")).expect("recall");
@@ -116,14 +120,7 @@ fn a_batch_of_parked_atoms_is_committed_by_the_parking_process() {
 
 #[test]
 fn a_damaged_journal_is_set_aside_and_the_store_opens() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let c = caller("acme/api");
-    let pg = {
-        let memory = open(dir.path(), false);
-        let pg = remember(&memory, &c, "PostgreSQL must be restarted after a config change");
-        memory.flush().expect("flush");
-        pg
-    };
+    let (dir, _, pg) = store_with_one_memory();
     for (case, bytes) in [
         ("not JSON", b"{\"tenant\": \"alice\", \"atom\"".to_vec()),
         ("an atom id that is not one", b"{\"tenant\":\"alice\",\"atom\":\"x\",\"at\":\"2026-01-01T00:00:00Z\",\"recalls\":1}\n".to_vec()),
