@@ -347,6 +347,7 @@ impl Store {
     {
         let mut state = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let shared = self.backend.shared();
+        let started = std::time::Instant::now();
         for attempt in 1..=WRITE_ATTEMPTS {
             let cached = if shared { WriterState::default() } else { std::mem::take(&mut *state) };
             let version = cached.version;
@@ -374,6 +375,7 @@ impl Store {
                 }
             };
             let guard = Guard { version: version_read, audit_heads: heads_read };
+            let body_us = started.elapsed().as_micros() as u64;
             match self.backend.commit(&changes, &guard) {
                 Err(error) => {
                     restore(&mut state, cached);
@@ -384,7 +386,14 @@ impl Store {
                     cached.version = Some(version);
                     cached.audit_heads.extend(heads);
                     restore(&mut state, cached);
-                    tracing::debug!(snapshot_version = version, attempt, "write committed");
+                    tracing::debug!(
+                        snapshot_version = version,
+                        attempt,
+                        removed = changes.removed.len(),
+                        body_us,
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        "write committed"
+                    );
                     return Ok(value);
                 }
                 Ok(Committed::Lost) => {
