@@ -63,8 +63,9 @@ struct Entry {
 
 /// Every vector of an index in one allocation, `dims` floats per slot; a
 /// removed vector's slot is reused. One vector per heap allocation cost a
-/// cold process 40 ms of allocator and page-fault time per model at 10k
-/// vectors, and an exact scan chased a pointer per vector.
+/// cold process about 40 ms of allocator and page-fault time for its two
+/// models' indexes at 10k vectors, and an exact scan chased a pointer per
+/// vector.
 #[derive(Debug)]
 struct Vectors {
     dims: usize,
