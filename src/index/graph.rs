@@ -11,7 +11,7 @@
 //! store.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 use petgraph::Undirected;
@@ -19,7 +19,7 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
 
 use crate::atom::AtomId;
-use crate::index::vector::{put_str, read_str};
+use crate::index::vector::{put_str, read_str, rewrite_version};
 
 /// A node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -84,9 +84,9 @@ pub(crate) struct GraphIndex {
     applied_version: u64,
     /// Version last written to disk.
     saved_version: u64,
-    /// Whether any link changed since the file was last written or read
-    /// (if not, a save only moves the file's version).
-    links_changed: bool,
+    /// Whether the file holds exactly these links (read from it or written
+    /// since, no link changed): a save then only moves its version.
+    links_on_disk: bool,
 }
 
 /// Layout version of `graph.bin`.
@@ -136,12 +136,8 @@ impl GraphIndex {
         }
         // Only the version moved (recall usage stamps): rewrite its 8
         // bytes, not the whole file (1 MB and an fsync at 10k atoms, on
-        // every CLI recall). A version lost in a crash is an older one: the
-        // next open replays from it.
-        if !self.links_changed && path.exists() {
-            let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
-            file.seek(std::io::SeekFrom::Start(VERSION_OFFSET))?;
-            file.write_all(&self.applied_version.to_le_bytes())?;
+        // every CLI recall).
+        if self.links_on_disk && rewrite_version(path, VERSION_OFFSET, self.applied_version)? {
             self.saved_version = self.applied_version;
             return Ok(());
         }
@@ -171,7 +167,7 @@ impl GraphIndex {
         }
         std::fs::rename(&tmp, path)?;
         self.saved_version = self.applied_version;
-        self.links_changed = false;
+        self.links_on_disk = true;
         Ok(())
     }
 
@@ -225,7 +221,7 @@ impl GraphIndex {
         }
         graph.applied_version = version;
         graph.saved_version = version;
-        graph.links_changed = false;
+        graph.links_on_disk = true;
         Ok(Some(graph))
     }
 
@@ -258,7 +254,7 @@ impl GraphIndex {
 
     /// Removes an atom's outgoing links (the node stays if others point at it).
     pub(crate) fn remove(&mut self, atom_id: AtomId) {
-        self.links_changed = true;
+        self.links_on_disk = false;
         self.links.remove(&atom_id);
         let Some(&atom) = self.nodes.get(&Node::Atom(atom_id)) else { return };
         let edges: Vec<_> = self.graph.edges(atom).map(|e| (e.id(), *e.weight(), e.target(), e.source())).collect();
@@ -434,5 +430,15 @@ mod tests {
         graph.save(&path).expect("save");
         let reread = GraphIndex::load(&path).expect("load").expect("a graph");
         assert_eq!((reread.applied_version(), reread.atoms_mentioning("t", "postgresql")), (11, vec![b]));
+
+        // A graph built anew (here: empty, for an empty store) over a file
+        // that could not be read is written whole, never patched.
+        std::fs::write(&path, b"not a graph file").expect("write");
+        assert!(GraphIndex::load(&path).is_err());
+        let mut graph = GraphIndex::new();
+        graph.mark(12);
+        graph.save(&path).expect("save");
+        let reread = GraphIndex::load(&path).expect("load").expect("a graph");
+        assert_eq!(reread.applied_version(), 12);
     }
 }

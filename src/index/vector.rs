@@ -285,17 +285,16 @@ impl VectorIndex {
                 }
                 hnsw.add(key, &vector).map_err(|e| VectorError::Usearch(e.to_string()))?;
             }
-            let existing = inner.entries.get(&key).map(|e| (e.slot, e.tenant.clone()));
-            let slot = match existing {
-                Some((slot, old_tenant)) => {
+            let slot = match inner.entries.remove(&key) {
+                Some(old) => {
                     // An atom that changes tenant leaves the old one's set.
-                    if old_tenant != tenant
-                        && let Some(keys) = inner.by_tenant.get_mut(&old_tenant)
+                    if old.tenant != tenant
+                        && let Some(keys) = inner.by_tenant.get_mut(&old.tenant)
                     {
                         keys.remove(&key);
                     }
-                    inner.vectors.set(slot, &vector);
-                    slot
+                    inner.vectors.set(old.slot, &vector);
+                    old.slot
                 }
                 None => inner.vectors.add(&vector)?,
             };
@@ -440,20 +439,14 @@ impl VectorIndex {
             // Only the version moved (writes that changed no vector: usage
             // stamps, other atoms' fields): 8 bytes in place, not the whole
             // file again (32 MB at 10k vectors). Written or not, the file
-            // is right for both versions; unsynced, a crash keeps the old
-            // one and the next open replays a little more.
+            // is right for both versions.
             let offset = self.header_prefix().len() as u64;
-            let io = |source| VectorError::Io { path: path.clone(), source };
-            match std::fs::OpenOptions::new().write(true).open(&path) {
-                Ok(mut file) => {
-                    file.seek(std::io::SeekFrom::Start(offset)).map_err(io)?;
-                    file.write_all(&inner.applied_version.to_le_bytes()).map_err(io)?;
-                    inner.saved_version = inner.applied_version;
-                    return Ok(());
-                }
-                // Gone: written whole below.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(e)),
+            let rewritten =
+                rewrite_version(&path, offset, inner.applied_version).map_err(|source| VectorError::Io { path: path.clone(), source })?;
+            // Gone: written whole below.
+            if rewritten {
+                inner.saved_version = inner.applied_version;
+                return Ok(());
             }
         }
         let tmp = dir.join("vectors.bin.tmp");
@@ -494,6 +487,21 @@ impl VectorIndex {
         inner.dirty = false;
         Ok(())
     }
+}
+
+/// Rewrites the store version an index file keeps at `offset`, in place
+/// (the rest of the file is unchanged): `Ok(false)` when there is no file.
+/// Unsynced: a crash may keep the older version, and the next open replays
+/// a little more.
+pub(crate) fn rewrite_version(path: &Path, offset: u64, version: u64) -> std::io::Result<bool> {
+    let mut file = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    file.seek(std::io::SeekFrom::Start(offset))?;
+    file.write_all(&version.to_le_bytes())?;
+    Ok(true)
 }
 
 /// Appends a length-prefixed string (the index files' encoding).
