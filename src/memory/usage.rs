@@ -183,18 +183,19 @@ impl Memory {
     /// Writes the pending recall usage, parked stamps included (one
     /// transaction); then the journal that held them is gone.
     pub(crate) fn flush_usage(&self) -> Result<()> {
-        let pending = {
+        let (pending, parked) = {
             let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut pending = std::mem::take(&mut usage.parked);
+            let parked = std::mem::take(&mut usage.parked);
+            let mut pending = parked.clone();
             for ((tenant, id), (at, recalls)) in std::mem::take(&mut usage.pending) {
                 add(&mut pending, &tenant, id, at, recalls);
             }
-            pending
+            (pending, parked)
         };
         if pending.is_empty() {
             return Ok(());
         }
-        let version = self.store.write(|tx| {
+        let written = self.store.write(|tx| {
             for ((tenant, id), (at, recalls)) in &pending {
                 let graph_node = store::tenant_graph(tenant);
                 let graph: GraphNameRef<'_> = graph_node.as_ref().into();
@@ -218,7 +219,20 @@ impl Memory {
                 )?;
             }
             Ok::<_, MemoryError>(tx.version()?)
-        })?;
+        });
+        let version = match written {
+            Ok(version) => version,
+            Err(error) => {
+                // The journal's stamps stay (its file is still there, and a
+                // later commit removes it); this process's own are dropped,
+                // as before the journal.
+                let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for ((tenant, id), (at, recalls)) in parked {
+                    add(&mut usage.parked, &tenant, id, at, recalls);
+                }
+                return Err(error);
+            }
+        };
         // Usage is not indexed.
         self.indexes.skip(version);
         if let Some(journal) = &self.usage_journal
