@@ -104,6 +104,15 @@ pub struct Semantic {
     query_cache: Mutex<HashMap<String, Vec<f32>>>,
 }
 
+/// Query vectors on their way ([`Semantic::start_queries`]).
+pub(crate) struct StartedQueries {
+    /// One per query: from the cache, or `None` until the engine answers.
+    vectors: Vec<Option<Vec<f32>>>,
+    /// The queries the engine embeds, in order.
+    missing: Vec<String>,
+    pending: Option<embed::Pending<Vec<f32>>>,
+}
+
 /// Query vectors kept per model.
 const QUERY_CACHE_ENTRIES: usize = 512;
 
@@ -144,26 +153,52 @@ impl Semantic {
     /// This model's vectors for several queries (a dialogue's parts): the
     /// ones seen lately from the cache, the others in one batch.
     pub fn embed_queries(&self, queries: &[&str]) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
-        let mut vectors: Vec<Option<Vec<f32>>> = {
+        let started = self.start_queries(queries, None)?;
+        self.finish_queries(started)
+    }
+
+    /// Starts this model's vectors for `queries`: the ones seen lately come
+    /// from the cache, the others go to an engine thread in one batch, on
+    /// every core (`engine` `None`) or on one core of engine thread
+    /// `engine` (models embedding side by side). Returns at once;
+    /// [`Semantic::finish_queries`] waits.
+    pub(crate) fn start_queries(&self, queries: &[&str], engine: Option<usize>) -> Result<StartedQueries, crate::index::embed::EmbedError> {
+        let vectors: Vec<Option<Vec<f32>>> = {
             let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             queries.iter().map(|q| cache.get(*q).cloned()).collect()
         };
-        let missing: Vec<&str> = queries.iter().zip(&vectors).filter(|(_, v)| v.is_none()).map(|(q, _)| *q).collect();
-        if !missing.is_empty() {
+        let missing: Vec<String> = queries.iter().zip(&vectors).filter(|(_, v)| v.is_none()).map(|(q, _)| (*q).to_owned()).collect();
+        let pending = if missing.is_empty() {
+            None
+        } else {
             let embedder = Arc::clone(&self.embedder);
-            let owned: Vec<String> = missing.iter().map(|q| (*q).to_owned()).collect();
-            let fresh = embed::on_engine_thread(move || {
+            let owned = missing.clone();
+            let work = move || {
                 let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
                 embedder.embed_queries(&refs)
-            })??;
+            };
+            Some(match engine {
+                Some(engine) => embed::start_on_core(engine, work)?,
+                None => embed::start_on_engine_thread(work)?,
+            })
+        };
+        Ok(StartedQueries { vectors, missing, pending })
+    }
+
+    /// Waits for the vectors [`Semantic::start_queries`] started (in the
+    /// order of the queries) and keeps the new ones in the cache.
+    pub(crate) fn finish_queries(&self, started: StartedQueries) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
+        let StartedQueries { mut vectors, missing, pending } = started;
+        if let Some(pending) = pending {
+            let fresh = pending.wait()?;
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if cache.len() + fresh.len() > QUERY_CACHE_ENTRIES {
                 cache.clear();
             }
-            let mut fresh = missing.iter().zip(fresh);
+            let mut fresh = missing.into_iter().zip(fresh);
             for slot in vectors.iter_mut().filter(|v| v.is_none()) {
                 if let Some((query, vector)) = fresh.next() {
-                    cache.insert((*query).to_owned(), vector.clone());
+                    cache.insert(query, vector.clone());
                     *slot = Some(vector);
                 }
             }
@@ -622,5 +657,53 @@ pub(crate) fn links_of(atom: &Atom) -> AtomLinks {
         session: atom.session_id.clone(),
         supersedes: atom.supersedes,
         derived_from: atom.derived_from.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default models (scripts/setup.sh installs them), each with an
+    /// empty vector index in RAM.
+    fn models() -> Vec<Semantic> {
+        embed::from_env()
+            .expect("the default models (scripts/setup.sh)")
+            .into_iter()
+            .map(|embedder| {
+                let vectors = VectorIndex::open(None, embedder.id(), embedder.dims()).expect("vector index");
+                Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()) }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queries_embedded_side_by_side_match_the_models_own_vectors_and_are_cached() {
+        let models = models();
+        let queries = ["Where does Caroline work now?", "老李的猫叫什么名字？", "田中さんの好きな食べ物は何ですか", "thanks!"];
+        // Every model started before any is waited for, one per engine thread.
+        let started: Vec<StartedQueries> = models.iter().enumerate().map(|(i, s)| s.start_queries(&queries, Some(i)).unwrap()).collect();
+        for (s, started) in models.iter().zip(started) {
+            let vectors = s.finish_queries(started).unwrap();
+            assert_eq!(vectors.len(), queries.len(), "{}", s.embedder.id());
+            // The model's own call gives the same vectors, up to the order of
+            // float sums (its kernels differ with the thread's cores and
+            // instruction set).
+            for (a, b) in vectors.iter().zip(&s.embedder.embed_queries(&queries).unwrap()) {
+                let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+                assert!(cosine > 0.9999, "{}: cosine {cosine} with the model's own call", s.embedder.id());
+            }
+            assert_eq!(s.query_cache.lock().unwrap().len(), queries.len());
+            // Seen: from the cache, with nothing left for an engine.
+            let again = s.start_queries(&queries[..2], Some(1)).unwrap();
+            assert!(again.pending.is_none());
+            assert_eq!(s.finish_queries(again).unwrap(), vectors[..2].to_vec());
+            // A mix: only the new query goes to the engine, order kept.
+            let mixed = s.start_queries(&["Redis 迁移到哪个集群了", queries[0]], None).unwrap();
+            assert_eq!(mixed.missing, vec!["Redis 迁移到哪个集群了".to_owned()]);
+            let mixed = s.finish_queries(mixed).unwrap();
+            assert_eq!(mixed[1], vectors[0]);
+            assert_eq!(mixed[0], s.embed_query("Redis 迁移到哪个集群了").unwrap());
+        }
     }
 }

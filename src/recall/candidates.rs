@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::{Query, RecallConfig, RecallError};
 use crate::atom::AtomId;
-use crate::index::{IndexError, Indexes, Semantic};
+use crate::index::{IndexError, Indexes, Semantic, embed};
 use crate::store;
 use crate::text::analyze::{Mode, terms};
 
@@ -31,24 +31,29 @@ fn understands(semantic: &Semantic, language: &str) -> bool {
     semantic.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == language))
 }
 
-/// Gathers every list for `query`.
+/// Gathers every list for `query`. The models embed the query on the
+/// engine threads (side by side, one core each, when there are several)
+/// while this thread searches the keyword index.
 pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Result<Lists, RecallError> {
+    let parts = query_parts(query.text, query.terms.len(), config);
+    let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
+    // The whole query and its parts in one call per model: one forward
+    // pass over all of them.
+    let mut texts = vec![query.text];
+    if with_parts {
+        texts.extend(parts.iter().map(String::as_str));
+    }
+    let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| understands(s, query.language)).collect();
+    let side_by_side = models.len() >= 2 && embed::engine_count() >= 2;
+    let started: Vec<_> = models.iter().enumerate().map(|(i, s)| s.start_queries(&texts, side_by_side.then_some(i))).collect();
     let keyword = indexes
         .keyword()
         .search(query.tenant, &query.repo_keys, query.statuses, query.text, config.candidates)
         .map_err(IndexError::from)?;
-    let parts = query_parts(query.text, query.terms.len(), config);
-    let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
     let mut semantic = Vec::new();
     let mut per_part = Vec::new();
-    for s in indexes.semantic().iter().filter(|s| understands(s, query.language)) {
-        // The whole query and its parts in one call per model: one forward
-        // pass over all of them.
-        let mut texts = vec![query.text];
-        if with_parts {
-            texts.extend(parts.iter().map(String::as_str));
-        }
-        let mut vectors = match s.embed_queries(&texts) {
+    for (s, started) in models.into_iter().zip(started) {
+        let mut vectors = match started.and_then(|started| s.finish_queries(started)) {
             Ok(vectors) if vectors.len() == texts.len() => vectors,
             Ok(_) | Err(_) if texts.len() > 1 => {
                 tracing::warn!(model = s.embedder.id(), "query part embedding failed; this model sits out the dialogue list");
