@@ -10,6 +10,9 @@ use crate::atom::{Atom, AtomId, Epistemic, Status};
 use crate::scope::{Scope, Visibility};
 use crate::store::Store;
 
+/// Atoms an embedded store reads per batch (on two threads).
+const READ_AHEAD: usize = 16;
+
 /// The best `request.max_results` atoms with their candidates, best first.
 pub(super) fn hydrate(
     candidates: HashMap<AtomId, Candidate>,
@@ -28,29 +31,29 @@ pub(super) fn hydrate(
         * (1.0 + config.recency_bonus.max(0.0))
         * config.boost_named_source.max(1.0);
     let mut kth_best: Vec<f32> = Vec::with_capacity(request.max_results + 1);
-    let mut scopes = HashMap::new();
     // A hard cap keeps hydration bounded when many scores are close; the
     // boosts' effect that far down the list is negligible.
     let hydrate_cap = (request.max_results * 3).max(30);
-    // A remote store pays per request: fetch every atom that may be
-    // hydrated in one.
-    let mut prefetched = if store.is_shared() {
-        let ids: Vec<AtomId> = ranked.iter().take(hydrate_cap).map(|(id, _)| *id).collect();
-        Some(crate::store::codec::load_atoms(store, query.tenant, &ids, false)?)
-    } else {
-        None
-    };
+    // Atoms are read ahead in batches: a remote store pays per request
+    // (every atom that may be hydrated in one), an embedded one reads a
+    // batch on two threads. The loop stops once no later candidate can
+    // enter the top k, so a batch reads little past that.
+    let batch = if store.is_shared() { hydrate_cap } else { READ_AHEAD };
+    let order: Vec<AtomId> = ranked.iter().map(|(id, _)| *id).collect();
+    let mut read: HashMap<AtomId, Atom> = HashMap::new();
+    let mut read_up_to = 0;
     for (hydrated, (id, mut candidate)) in ranked.into_iter().enumerate() {
         if kth_best.len() >= request.max_results
             && (candidate.score * max_boost < kth_best[request.max_results - 1] || hydrated >= hydrate_cap)
         {
             break;
         }
-        let atom = match prefetched.as_mut() {
-            Some(atoms) => atoms.remove(&id),
-            None => crate::store::codec::load_atom_cached(store, query.tenant, id, false, &mut scopes)?,
-        };
-        let Some(atom) = atom else { continue };
+        if hydrated >= read_up_to {
+            let end = (read_up_to + batch).min(order.len());
+            read = crate::store::codec::load_atoms(store, query.tenant, &order[read_up_to..end], false)?;
+            read_up_to = end;
+        }
+        let Some(atom) = read.remove(&id) else { continue };
         let allowed = atom.status == Status::Active || (request.include_negated && atom.status == Status::Negated);
         let visibility = scope.sees(&atom.scope);
         if !allowed || visibility == Visibility::Hidden || (request.strict_scope && !scope.holds_exactly(&atom.scope)) {
@@ -66,6 +69,7 @@ pub(super) fn hydrate(
         kth_best.truncate(request.max_results);
         results.push((atom, candidate));
     }
+    tracing::debug!(read = read_up_to, kept = results.len(), "hydrated atoms");
     results.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.id.cmp(&b.0.id)));
     results.truncate(request.max_results);
     Ok(results)

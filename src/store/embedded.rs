@@ -60,6 +60,9 @@ fn canonical_order(quads: &mut [Quad]) {
     quads.sort_by(|a, b| a.predicate.as_str().cmp(b.predicate.as_str()).then_with(|| a.object.to_string().cmp(&b.object.to_string())));
 }
 
+/// Least subjects a [`Backend::describe_many`] splits across two threads.
+const PARALLEL_SUBJECTS: usize = 8;
+
 /// Subjects kept in the [`DescribeCache`] (an atom is ~20–30 quads: a few
 /// tens of megabytes at most).
 const DESCRIBED_SUBJECTS: usize = 4096;
@@ -312,6 +315,33 @@ impl Backend for Embedded {
         Ok(quads)
     }
 
+    /// Several subjects read on two threads: a recall hydrates up to 30
+    /// atoms, and a subject not kept in the [`DescribeCache`] costs a
+    /// RocksDB read per term (about 100 µs an atom at 10k atoms).
+    fn describe_many(&self, subjects: &[NamedNode], graph: GraphNameRef<'_>) -> Result<Vec<Quad>> {
+        let read = |subjects: &[NamedNode]| -> Result<Vec<Quad>> {
+            let mut quads = Vec::new();
+            for subject in subjects {
+                quads.extend(self.quads(Some(subject.as_ref()), None, None, graph)?);
+            }
+            Ok(quads)
+        };
+        if subjects.len() < PARALLEL_SUBJECTS {
+            return read(subjects);
+        }
+        let (first, second) = subjects.split_at(subjects.len() / 2);
+        std::thread::scope(|scope| {
+            let other = std::thread::Builder::new().spawn_scoped(scope, || read(second));
+            let mut quads = read(first)?;
+            match other {
+                Ok(other) => quads.extend(other.join().map_err(|_| StoreError::Corrupt("a store read panicked".into()))??),
+                // No thread to be had: read the rest here.
+                Err(_) => quads.extend(read(second)?),
+            }
+            Ok(quads)
+        })
+    }
+
     fn graphs(&self) -> Result<Vec<NamedNode>> {
         let mut graphs = Vec::new();
         for graph in self.handle().named_graphs() {
@@ -445,6 +475,37 @@ mod tests {
         drop(store);
         let reopened = Embedded::open(dir.path()).unwrap();
         assert_eq!(reopened.handle().len().unwrap(), (FLUSH_EVERY_QUADS / 1000 + 1) * 1000);
+    }
+
+    #[test]
+    fn many_subjects_read_on_two_threads_give_each_subjects_quads_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Embedded::open(dir.path()).unwrap();
+        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        let content = NamedNode::new("urn:test:content").unwrap();
+        let status = NamedNode::new("urn:test:status").unwrap();
+        let subjects: Vec<NamedNode> = (0..31).map(|i| NamedNode::new(format!("urn:test:atom{i}")).unwrap()).collect();
+        let texts = ["Caroline moved to Lisbon", "老李的猫叫 Mochi", "田中さんは寿司が好き"];
+        let mut changes = ChangeSet::default();
+        // Every third subject is never written: it has no quads.
+        for (i, subject) in subjects.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+            changes.insert(Quad::new(subject.clone(), content.clone(), Literal::from(format!("{} {i}", texts[i % 3])), graph.clone()));
+            changes.insert(Quad::new(subject.clone(), status.clone(), Literal::from("active"), graph.clone()));
+        }
+        store.commit(&changes, &Guard::default()).unwrap();
+        // Some subjects already kept in memory, the others read from disk.
+        for subject in subjects.iter().step_by(4) {
+            store.quads(Some(subject.as_ref()), None, None, graph.as_ref()).unwrap();
+        }
+        for count in [0, 1, super::PARALLEL_SUBJECTS - 1, super::PARALLEL_SUBJECTS, subjects.len()] {
+            let mut together = store.describe_many(&subjects[..count], graph.as_ref()).unwrap();
+            let mut one_by_one: Vec<Quad> =
+                subjects[..count].iter().flat_map(|s| store.quads(Some(s.as_ref()), None, None, graph.as_ref()).unwrap()).collect();
+            assert_eq!(together.len(), 2 * (0..count).filter(|i| i % 3 != 2).count(), "{count} subjects");
+            together.sort_by_key(ToString::to_string);
+            one_by_one.sort_by_key(ToString::to_string);
+            assert_eq!(together, one_by_one, "{count} subjects");
+        }
     }
 
     #[test]
