@@ -671,7 +671,14 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
         if bytes.is_empty() {
             None
         } else if format < GRAPH_FORMAT {
-            tracing::info!(path = %path.display(), format, "saved vector graph is of an older format; rebuilding it");
+            // Once per store after an upgrade, and long on a large one (65 s
+            // for two models at 100k vectors): said where a user sees it.
+            tracing::warn!(
+                path = %path.display(),
+                format,
+                vectors = count,
+                "the saved vector graph holds f32 vectors; building it once with f16 vectors (about a minute per 100k)"
+            );
             None
         } else if checksum(&bytes) == sum {
             saved_graph(&bytes, dims, &entries)
