@@ -293,6 +293,10 @@ impl Backend for Embedded {
         graph: GraphNameRef<'_>,
     ) -> Result<Vec<Quad>> {
         // A whole subject (an atom, a scope): from the cache when it is there.
+        // One predicate of a kept subject too (the cache holds exactly the
+        // store's quads): a batch of recall usage reads four per atom it
+        // stamps, atoms a recall has just read (9–15 ms of RocksDB reads per
+        // batch of 256 atoms, the MCP tail).
         let cached = match (subject, predicate, object) {
             (Some(subject), None, None) => {
                 let key = (subject.into_owned(), graph.into_owned());
@@ -301,6 +305,13 @@ impl Backend for Embedded {
                     return Ok(quads.as_ref().clone());
                 }
                 Some((key, described.generation))
+            }
+            (Some(subject), Some(predicate), None) => {
+                let key = (subject.into_owned(), graph.into_owned());
+                if let Some(quads) = self.described().entries.get(&key) {
+                    return Ok(quads.iter().filter(|q| q.predicate.as_ref() == predicate).cloned().collect());
+                }
+                None
             }
             _ => None,
         };
@@ -506,6 +517,54 @@ mod tests {
             one_by_one.sort_by_key(ToString::to_string);
             assert_eq!(together, one_by_one, "{count} subjects");
         }
+    }
+
+    #[test]
+    fn one_predicate_of_a_kept_subject_is_read_from_memory_and_equals_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Embedded::open(dir.path()).unwrap();
+        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        let subject = NamedNode::new("urn:test:atom").unwrap();
+        let count = NamedNode::new("urn:test:recallCount").unwrap();
+        let entity = NamedNode::new("urn:test:mentions").unwrap();
+        let absent = NamedNode::new("urn:test:absent").unwrap();
+        let quad = |p: &NamedNode, o: Literal| Quad::new(subject.clone(), p.clone(), o, graph.clone());
+        let mut changes = ChangeSet::default();
+        changes.insert(quad(&count, Literal::from(3_i64)));
+        changes.insert(quad(&entity, Literal::from("老李")));
+        changes.insert(quad(&entity, Literal::from("田中さん")));
+        store.commit(&changes, &Guard::default()).unwrap();
+        let from_store = |p: &NamedNode| -> Vec<Quad> {
+            let mut quads: Vec<Quad> = store
+                .handle()
+                .quads_for_pattern(Some(subject.as_ref().into()), Some(p.as_ref()), None, Some(graph.as_ref()))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            quads.sort_by_key(ToString::to_string);
+            quads
+        };
+        let read = |p: &NamedNode| -> Vec<Quad> {
+            let mut quads = store.quads(Some(subject.as_ref()), Some(p.as_ref()), None, graph.as_ref()).unwrap();
+            quads.sort_by_key(ToString::to_string);
+            quads
+        };
+        // Not kept yet: from the store, and nothing is kept by it.
+        assert_eq!(read(&count), from_store(&count));
+        assert!(store.described().entries.is_empty());
+        store.quads(Some(subject.as_ref()), None, None, graph.as_ref()).unwrap();
+        // Kept: the same answers, several objects and none included.
+        for p in [&count, &entity, &absent] {
+            assert_eq!(read(p), from_store(p), "{p}");
+        }
+        // A commit replacing the count: the kept subject answers the new one.
+        let mut changes = ChangeSet::default();
+        changes.remove(quad(&count, Literal::from(3_i64)));
+        changes.insert(quad(&count, Literal::from(4_i64)));
+        store.commit(&changes, &Guard::default()).unwrap();
+        assert_eq!(read(&count), vec![quad(&count, Literal::from(4_i64))]);
+        assert_eq!(read(&count), from_store(&count));
+        // Another graph's quads of the same subject are not these.
+        assert!(store.quads(Some(subject.as_ref()), Some(count.as_ref()), None, GraphName::DefaultGraph.as_ref()).unwrap().is_empty());
     }
 
     #[test]
