@@ -488,11 +488,16 @@ mod tests {
         assert_eq!(reopened.handle().len().unwrap(), (FLUSH_EVERY_QUADS / 1000 + 1) * 1000);
     }
 
-    #[test]
-    fn many_subjects_read_on_two_threads_give_each_subjects_quads_once() {
+    /// An empty store on disk and a tenant's graph in it.
+    fn store_with_tenant() -> (tempfile::TempDir, Embedded, GraphName) {
         let dir = tempfile::tempdir().unwrap();
         let store = Embedded::open(dir.path()).unwrap();
-        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        (dir, store, GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap()))
+    }
+
+    #[test]
+    fn many_subjects_read_on_two_threads_give_each_subjects_quads_once() {
+        let (_dir, store, graph) = store_with_tenant();
         let content = NamedNode::new("urn:test:content").unwrap();
         let status = NamedNode::new("urn:test:status").unwrap();
         let subjects: Vec<NamedNode> = (0..31).map(|i| NamedNode::new(format!("urn:test:atom{i}")).unwrap()).collect();
@@ -521,9 +526,7 @@ mod tests {
 
     #[test]
     fn one_predicate_of_a_kept_subject_is_read_from_memory_and_equals_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Embedded::open(dir.path()).unwrap();
-        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        let (_dir, store, graph) = store_with_tenant();
         let subject = NamedNode::new("urn:test:atom").unwrap();
         let count = NamedNode::new("urn:test:recallCount").unwrap();
         let entity = NamedNode::new("urn:test:mentions").unwrap();
@@ -569,9 +572,7 @@ mod tests {
 
     #[test]
     fn a_described_subject_is_served_from_memory_and_kept_equal_to_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Embedded::open(dir.path()).unwrap();
-        let graph = GraphName::NamedNode(NamedNode::new("urn:test:tenant").unwrap());
+        let (_dir, store, graph) = store_with_tenant();
         let other = GraphName::NamedNode(NamedNode::new("urn:test:other").unwrap());
         let subject = NamedNode::new("urn:test:atom").unwrap();
         let status = NamedNode::new("urn:test:status").unwrap();
