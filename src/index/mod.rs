@@ -177,10 +177,7 @@ impl Semantic {
                 let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
                 embedder.embed_queries(&refs)
             };
-            Some(match engine {
-                Some(engine) => embed::start_on_core(engine, work)?,
-                None => embed::start_on_engine_thread(work)?,
-            })
+            Some(embed::start_on(engine, work)?)
         };
         Ok(StartedQueries { vectors, missing, pending })
     }

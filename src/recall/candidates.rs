@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::{Query, RecallConfig, RecallError};
 use crate::atom::AtomId;
-use crate::index::{IndexError, Indexes, Semantic, embed};
+use crate::index::{IndexError, Indexes, Semantic};
 use crate::store;
 use crate::text::analyze::{Mode, terms};
 
@@ -44,7 +44,8 @@ pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>
         texts.extend(parts.iter().map(String::as_str));
     }
     let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| understands(s, query.language)).collect();
-    let side_by_side = models.len() >= 2 && embed::engine_count() >= 2;
+    // On one core, side by side is one model after the other on it.
+    let side_by_side = models.len() >= 2;
     let started: Vec<_> = models.iter().enumerate().map(|(i, s)| s.start_queries(&texts, side_by_side.then_some(i))).collect();
     let keyword = indexes
         .keyword()

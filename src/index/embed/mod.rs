@@ -148,38 +148,24 @@ pub(crate) fn on_engine_thread<T: Send + 'static>(work: impl FnOnce() -> T + Sen
     }
 }
 
-/// How many engine threads run (0: none could be started; calls run on
-/// the caller's thread).
-pub(crate) fn engine_count() -> usize {
-    engines().map_or(0, <[_]>::len)
-}
-
-/// Starts `work` (one model's call) on engine thread `engine` (modulo
-/// their number) with OpenMP held to one core there, and returns at once:
-/// several models' queries run side by side, one core each, instead of one
-/// after the other on every core. A short query leaves OpenMP's second
-/// worker little to do but spin at its barriers, on the core the request's
-/// own thread needs (perf of `hmg mcp` at 10k memories: the worker spun
-/// for 39% of a core).
-pub(crate) fn start_on_core<T: Send + 'static>(
-    engine: usize,
+/// Starts `work` (one model's call) and returns at once. `None`: on the
+/// first engine thread, every core through OpenMP (as
+/// [`on_engine_thread`]). `Some(engine)`: on engine thread `engine`
+/// (modulo their number) with OpenMP held to one core there, so several
+/// models' queries run side by side instead of one after the other on
+/// every core: a short query leaves OpenMP's second worker little to do
+/// but spin at its barriers, on the core the request's own thread needs
+/// (perf of `hmg mcp` at 10k memories: the worker spun for 39% of a core).
+pub(crate) fn start_on<T: Send + 'static>(
+    engine: Option<usize>,
     work: impl FnOnce() -> Result<Vec<T>, EmbedError> + Send + 'static,
 ) -> Result<Pending<T>, EmbedError> {
-    match engines() {
-        Some(engines) => Ok(Pending(Waiting::Parts(vec![submit(engines, engine % engines.len(), move || bert::on_one_core(work))?]))),
-        None => Ok(Pending(Waiting::Done(work()))),
-    }
-}
-
-/// Starts `work` on the first engine thread, every core through OpenMP
-/// (as [`on_engine_thread`]), and returns at once.
-pub(crate) fn start_on_engine_thread<T: Send + 'static>(
-    work: impl FnOnce() -> Result<Vec<T>, EmbedError> + Send + 'static,
-) -> Result<Pending<T>, EmbedError> {
-    match engines() {
-        Some(engines) => Ok(Pending(Waiting::Parts(vec![submit(engines, 0, work)?]))),
-        None => Ok(Pending(Waiting::Done(work()))),
-    }
+    let Some(engines) = engines() else { return Ok(Pending(Waiting::Done(work()))) };
+    let answer = match engine {
+        None => submit(engines, 0, work)?,
+        Some(engine) => submit(engines, engine % engines.len(), move || bert::on_one_core(work))?,
+    };
+    Ok(Pending(Waiting::Parts(vec![answer])))
 }
 
 /// Loads and prepares `models` on the engine threads, in the background:
@@ -382,9 +368,7 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
 #[cfg(test)]
 mod tests {
     use super::bert::openmp_threads;
-    use super::{
-        EmbedError, engine_count, engines, on_engine_thread, split_parts, start_on_core, start_on_engine_thread, start_on_engine_threads,
-    };
+    use super::{EmbedError, engines, on_engine_thread, split_parts, start_on, start_on_engine_threads};
 
     #[test]
     fn the_engine_thread_answers_in_order_and_outlives_a_panic() {
@@ -455,11 +439,10 @@ mod tests {
 
     #[test]
     fn models_started_side_by_side_run_on_their_own_engine_thread_one_core_each() {
-        let cores = engine_count();
-        assert!(cores >= 1);
+        let cores = engines().map_or(1, <[_]>::len);
         // Two models' queries started before either is waited for.
-        let first = start_on_core(0, || lengths(&["Where does Caroline work now?"])).unwrap();
-        let second = start_on_core(1, || lengths(&["老李的猫叫什么名字？", "田中さんの好きな食べ物"])).unwrap();
+        let first = start_on(Some(0), || lengths(&["Where does Caroline work now?"])).unwrap();
+        let second = start_on(Some(1), || lengths(&["老李的猫叫什么名字？", "田中さんの好きな食べ物"])).unwrap();
         let (first, second) = (first.wait().unwrap(), second.wait().unwrap());
         assert_eq!(first.iter().map(|v| v.0).collect::<Vec<_>>(), vec![29]);
         assert_eq!(second.iter().map(|v| v.0).collect::<Vec<_>>(), vec![30, 33]);
@@ -468,14 +451,14 @@ mod tests {
         assert!(second.iter().all(|v| v.1 == expected), "{second:?}");
         assert!(first.iter().chain(&second).all(|v| v.2 == 1), "OpenMP held to one thread");
         // Engine numbers wrap around the threads there are.
-        let wrapped = start_on_core(cores, || lengths(&["x"])).unwrap().wait().unwrap();
+        let wrapped = start_on(Some(cores), || lengths(&["x"])).unwrap().wait().unwrap();
         assert_eq!(wrapped[0].1, "hmg-embed");
         // The first engine thread keeps its own setting for batches.
-        let all = start_on_engine_thread(|| lengths(&["x"])).unwrap().wait().unwrap();
+        let all = start_on(None, || lengths(&["x"])).unwrap().wait().unwrap();
         assert_eq!(all[0].2, on_engine_thread(openmp_threads).unwrap());
         // A failure is the caller's error, and the thread lives on.
-        let failed = start_on_core(1, || -> Result<Vec<usize>, EmbedError> { Err(EmbedError::Backend("model refused".into())) });
+        let failed = start_on(Some(1), || -> Result<Vec<usize>, EmbedError> { Err(EmbedError::Backend("model refused".into())) });
         assert!(failed.unwrap().wait().unwrap_err().to_string().contains("model refused"));
-        assert_eq!(start_on_core(1, || lengths(&["ok"])).unwrap().wait().unwrap().len(), 1);
+        assert_eq!(start_on(Some(1), || lengths(&["ok"])).unwrap().wait().unwrap().len(), 1);
     }
 }
