@@ -202,7 +202,7 @@ impl VectorIndex {
         if let Some(dir) = dir {
             std::fs::create_dir_all(dir).map_err(|source| VectorError::Io { path: dir.to_path_buf(), source })?;
             match load(&dir.join("vectors.bin"), model_id, dims) {
-                Ok(Some(Loaded { version, entries, vectors, graph })) => {
+                Ok(Some(Loaded { version, entries, vectors, graph, upgraded })) => {
                     inner.entries.reserve(entries.len());
                     inner.vectors = vectors;
                     for (key, entry) in entries {
@@ -212,16 +212,26 @@ impl VectorIndex {
                     inner.applied_version = version;
                     inner.saved_version = version;
                     // A file without its graph is written again once the
-                    // graph is built (below), so the next open loads it.
-                    inner.dirty = graph.is_none() && inner.by_tenant.values().any(|keys| keys.len() > EXACT_LIMIT);
+                    // graph is built (below), so the next open loads it; an
+                    // older format is written in the current one.
+                    inner.dirty = upgraded || (graph.is_none() && inner.by_tenant.values().any(|keys| keys.len() > EXACT_LIMIT));
                     inner.hnsw = graph;
                 }
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "vector index unreadable; it will be rebuilt from the store"),
             }
         }
+        let loaded = inner.saved_version != 0;
         let index = VectorIndex { inner: RwLock::new(inner), model_id: model_id.to_owned(), dims, dir: dir.map(Path::to_path_buf) };
-        index.rebuild_hnsw_if_needed()?;
+        if index.rebuild_hnsw_if_needed()? && loaded {
+            // Saved now, not at the process's first flush: a graph built at
+            // open takes seconds to a minute, and a process stopped before
+            // that flush (an MCP host's start-up timeout) would leave the
+            // next one to build it again.
+            if let Err(error) = index.persist() {
+                tracing::warn!(%error, "vector index rebuilt at open but not saved; the next open builds it again");
+            }
+        }
         Ok(index)
     }
 
@@ -259,11 +269,13 @@ impl VectorIndex {
         self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn rebuild_hnsw_if_needed(&self) -> Result<(), VectorError> {
+    /// Builds the graph when a partition outgrew exact scans and there is
+    /// none; whether it did.
+    fn rebuild_hnsw_if_needed(&self) -> Result<bool, VectorError> {
         let mut inner = self.write();
         let largest = inner.by_tenant.values().map(KeySet::len).max().unwrap_or(0);
         if largest <= EXACT_LIMIT || inner.hnsw.is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let hnsw = new_hnsw(self.dims)?;
         hnsw.reserve(inner.entries.len() + 1024).map_err(|e| VectorError::Usearch(e.to_string()))?;
@@ -271,7 +283,7 @@ impl VectorIndex {
             hnsw.add(*key, inner.vectors.get(entry.slot)).map_err(|e| VectorError::Usearch(e.to_string()))?;
         }
         inner.hnsw = Some(hnsw);
-        Ok(())
+        Ok(true)
     }
 
     /// Adds or replaces an atom's vector and metadata.
@@ -319,7 +331,7 @@ impl VectorIndex {
             inner.applied_version = inner.applied_version.max(version);
             inner.dirty = true;
         }
-        self.rebuild_hnsw_if_needed()
+        self.rebuild_hnsw_if_needed().map(drop)
     }
 
     /// Updates an atom's status (a vector stays; the status filters it).
@@ -534,6 +546,8 @@ struct Loaded {
     vectors: Vectors,
     /// The HNSW graph, when the file has an intact one for its entries.
     graph: Option<usearch::Index>,
+    /// Whether the file is of an older format than a save writes.
+    upgraded: bool,
 }
 
 /// A 64-bit checksum of the graph section (against a damaged file, not an
@@ -664,32 +678,126 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
         let slot = u32::try_from(slot).map_err(|_| bad(std::io::ErrorKind::InvalidData.into()))?;
         entries.push((key_of(atom_id), Entry { atom_id, tenant, repo_key, status, slot }));
     }
+    let upgraded = format < FORMAT;
     let graph = if format >= 2 {
         let len = stream.u64().map_err(bad)?;
         let sum = stream.u64().map_err(bad)?;
         let bytes = stream.bytes(len).map_err(bad)?;
         if bytes.is_empty() {
             None
-        } else if format < GRAPH_FORMAT {
-            // Once per store after an upgrade, and long on a large one (65 s
-            // for two models at 100k vectors): said where a user sees it.
-            tracing::warn!(
-                path = %path.display(),
-                format,
-                vectors = count,
-                "the saved vector graph holds f32 vectors; building it once with f16 vectors (about a minute per 100k)"
-            );
-            None
-        } else if checksum(&bytes) == sum {
-            saved_graph(&bytes, dims, &entries)
-        } else {
+        } else if checksum(&bytes) != sum {
             tracing::warn!(path = %path.display(), "saved vector graph fails its checksum; rebuilding it");
             None
+        } else if format < GRAPH_FORMAT {
+            // The same graph with its vectors in f16: milliseconds, where
+            // building it again took 65 s for two models at 100k vectors,
+            // before the first answer of the first process after the upgrade.
+            match f32_graph_as_f16(&bytes, dims) {
+                Some(converted) => saved_graph(&converted, dims, &entries),
+                None => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        format,
+                        vectors = count,
+                        "the saved vector graph could not be converted to f16 vectors; building it again (about a minute per 100k)"
+                    );
+                    None
+                }
+            }
+        } else {
+            saved_graph(&bytes, dims, &entries)
         }
     } else {
         None
     };
-    Ok(Some(Loaded { version, entries, vectors, graph }))
+    Ok(Some(Loaded { version, entries, vectors, graph, upgraded }))
+}
+
+/// A usearch graph serialized with f32 vectors (format 2), as the same graph
+/// serialized with f16 vectors: usearch writes the vector matrix first (its
+/// row count and bytes per row as two `u32`s, then the rows), then a 64-byte
+/// header naming the scalar kind, then the graph, which does not depend on
+/// the scalar kind. `None` when the bytes are not laid out that way (the
+/// caller builds the graph again).
+fn f32_graph_as_f16(bytes: &[u8], dims: usize) -> Option<Vec<u8>> {
+    let kind = scalar_kind_byte(dims)?;
+    let word = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let (rows, row_bytes) = (word(0)?, word(4)?);
+    if row_bytes != dims * 4 {
+        return None;
+    }
+    let matrix_end = rows.checked_mul(row_bytes)?.checked_add(8)?;
+    let head = bytes.get(matrix_end..matrix_end.checked_add(USEARCH_HEAD)?)?;
+    if !head.starts_with(b"usearch") || head[kind.at] != kind.f32 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() - rows * dims * 2);
+    out.extend_from_slice(&u32::try_from(rows).ok()?.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(dims * 2).ok()?.to_le_bytes());
+    for b in bytes[8..matrix_end].chunks_exact(4) {
+        out.extend_from_slice(&f16_bits(f32::from_le_bytes([b[0], b[1], b[2], b[3]])).to_le_bytes());
+    }
+    let head_at = out.len();
+    out.extend_from_slice(&bytes[matrix_end..]);
+    out[head_at + kind.at] = kind.f16;
+    Some(out)
+}
+
+/// Bytes of usearch's serialized header.
+const USEARCH_HEAD: usize = 64;
+
+/// Where usearch's header names the scalar kind, and its f32 and f16 values.
+struct ScalarKindByte {
+    at: usize,
+    f32: u8,
+    f16: u8,
+}
+
+/// Found by serializing two empty graphs that differ only in their scalar
+/// kind (so a usearch that moves the field is detected, not misread).
+fn scalar_kind_byte(dims: usize) -> Option<ScalarKindByte> {
+    let head = |kind| -> Option<Vec<u8>> {
+        let hnsw = hnsw_of(dims, kind).ok()?;
+        let mut bytes = vec![0u8; hnsw.serialized_length()];
+        hnsw.save_to_buffer(&mut bytes).ok()?;
+        bytes.get(8..8 + USEARCH_HEAD).map(<[u8]>::to_vec)
+    };
+    let (f32_head, f16_head) = (head(usearch::ScalarKind::F32)?, head(usearch::ScalarKind::F16)?);
+    let mut differ = (0..USEARCH_HEAD).filter(|&i| f32_head[i] != f16_head[i]);
+    let at = differ.next()?;
+    if differ.next().is_some() {
+        return None;
+    }
+    Some(ScalarKindByte { at, f32: f32_head[at], f16: f16_head[at] })
+}
+
+/// IEEE 754 half-precision bits of `x`, rounded to nearest, ties to even
+/// (as usearch converts when it is given f32 vectors).
+fn f16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exponent = ((bits >> 23) & 0xff) as i32;
+    let mantissa = bits & 0x7f_ffff;
+    if exponent == 0xff {
+        return sign | 0x7c00 | if mantissa != 0 { 0x200 } else { 0 };
+    }
+    let rounded = |value: u32, shift: u32| {
+        let (kept, rest, half) = (value >> shift, value & ((1 << shift) - 1), 1 << (shift - 1));
+        kept + u32::from(rest > half || (rest == half && kept & 1 == 1))
+    };
+    let e = exponent - 127 + 15;
+    if e >= 0x1f {
+        sign | 0x7c00
+    } else if e <= 0 {
+        // Subnormal (or zero): the implicit bit joins the mantissa.
+        if e < -10 {
+            return sign;
+        }
+        sign | rounded(mantissa | 0x80_0000, (14 - e) as u32) as u16
+    } else {
+        // A carry out of the mantissa moves the exponent, up to infinity.
+        sign | rounded(((e as u32) << 23) | mantissa, 13) as u16
+    }
 }
 
 /// Reads a string written by [`put_str`].
@@ -801,8 +909,8 @@ mod tests {
         assert_eq!(rebuilt.count("t"), atoms.len() as u64 - 1);
         let found: Vec<Vec<AtomId>> = queries.iter().map(|q| top(&rebuilt, q)).collect();
         assert_eq!(found[0], expected[0]);
-        // The next save writes the rebuilt graph back.
-        rebuilt.persist().unwrap();
+        // The rebuilt graph was saved at open, before any save of the
+        // process's own (which a killed process never makes).
         assert!(load(&path, "test:8", 8).unwrap().unwrap().graph.is_some());
         drop(rebuilt);
 
@@ -876,8 +984,80 @@ mod tests {
         assert!(f16_found as f32 / asked as f32 >= 0.8, "f16 {f16_found} of {asked}");
     }
 
+    /// The index file in `dir` (whose graph section is `graph_len` bytes),
+    /// written as format 2 wrote it: its graph holds f32 vectors (built here
+    /// from the same vectors).
+    fn write_format_2(dir: &Path, graph_len: usize, atoms: &[(AtomId, Vec<f32>)], dims: usize) {
+        let path = dir.join("vectors.bin");
+        let saved = std::fs::read(&path).unwrap();
+        let f32_graph = hnsw_of(dims, usearch::ScalarKind::F32).unwrap();
+        f32_graph.reserve(atoms.len()).unwrap();
+        for (id, v) in atoms {
+            f32_graph.add(key_of(*id), v).unwrap();
+        }
+        let mut graph = vec![0u8; f32_graph.serialized_length()];
+        f32_graph.save_to_buffer(&mut graph).unwrap();
+        let mut old = saved[..saved.len() - 16 - graph_len].to_vec();
+        old[..4].copy_from_slice(&2u32.to_le_bytes());
+        old.extend_from_slice(&(graph.len() as u64).to_le_bytes());
+        old.extend_from_slice(&checksum(&graph).to_le_bytes());
+        old.extend_from_slice(&graph);
+        std::fs::write(&path, &old).unwrap();
+    }
+
     #[test]
-    fn a_graph_saved_in_the_f32_format_is_built_again_and_saved_in_f16() {
+    fn a_graph_saved_with_f32_vectors_is_kept_with_its_vectors_in_f16() {
+        let dims = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.bin");
+        let atoms = scattered(EXACT_LIMIT + 50);
+        let queries: Vec<Vec<f32>> = scattered(5).into_iter().map(|(_, v)| v).collect();
+        let graph_len = {
+            let index = VectorIndex::open(Some(dir.path()), "test:8", dims).unwrap();
+            for (version, (id, v)) in atoms.iter().enumerate() {
+                index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
+            }
+            index.persist().unwrap();
+            index.read().hnsw.as_ref().map_or(0, usearch::Index::serialized_length)
+        };
+        write_format_2(dir.path(), graph_len, &atoms, dims);
+        // What the f32 graph answers, exactly rescored as the index does.
+        let f32_graph = {
+            let loaded = load(&path, "test:8", dims).unwrap().unwrap();
+            assert!(loaded.upgraded);
+            loaded.graph.expect("the f32 graph is converted, not built again")
+        };
+        assert_eq!(f32_graph.scalar_kind(), usearch::ScalarKind::F16);
+        // Its vectors are what usearch itself makes of the f32 ones.
+        let native = hnsw_of(dims, usearch::ScalarKind::F16).unwrap();
+        native.reserve(atoms.len()).unwrap();
+        for (id, v) in &atoms {
+            native.add(key_of(*id), v).unwrap();
+            let (mut ours, mut theirs) = (vec![0i16; dims], vec![0i16; dims]);
+            f32_graph.get(key_of(*id), usearch::f16::from_mut_i16s(&mut ours)).unwrap();
+            native.get(key_of(*id), usearch::f16::from_mut_i16s(&mut theirs)).unwrap();
+            assert_eq!(ours, theirs);
+        }
+        let reopened = VectorIndex::open(Some(dir.path()), "test:8", dims).unwrap();
+        let mut exact_hits = 0;
+        for query in &queries {
+            let found = reopened.search("t", &["a/r".into()], &["active"], query, 10).unwrap();
+            let mut exact: Vec<(AtomId, f32)> = atoms.iter().map(|(id, v)| (*id, dot(v, query))).collect();
+            exact.sort_by(|a, b| b.1.total_cmp(&a.1));
+            exact_hits += found.iter().filter(|(id, _)| exact[..10].iter().any(|(e, _)| e == id)).count();
+        }
+        assert!(exact_hits >= 45, "{exact_hits} of 50 true neighbours");
+        // The next save writes the current format, whose graph loads as is.
+        reopened.persist().unwrap();
+        let saved = std::fs::read(&path).unwrap();
+        assert_eq!(saved[..4], FORMAT.to_le_bytes());
+        let again = load(&path, "test:8", dims).unwrap().unwrap();
+        assert!(!again.upgraded);
+        assert_eq!(again.graph.unwrap().scalar_kind(), usearch::ScalarKind::F16);
+    }
+
+    #[test]
+    fn a_graph_that_cannot_be_converted_is_built_again_and_saved_at_open() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vectors.bin");
         let atoms = scattered(EXACT_LIMIT + 50);
@@ -890,20 +1070,46 @@ mod tests {
             index.persist().unwrap();
             top(&index, &query)
         };
-        // The same file labelled format 2 (whose graph held f32 vectors).
+        // An f16 graph labelled format 2: not f32 vectors, so not converted.
         let mut old = std::fs::read(&path).unwrap();
         old[..4].copy_from_slice(&2u32.to_le_bytes());
         std::fs::write(&path, &old).unwrap();
         let loaded = load(&path, "test:8", 8).unwrap().unwrap();
-        assert!(loaded.graph.is_none(), "an older format's graph is not loaded");
+        assert!(loaded.graph.is_none(), "a graph of unexpected layout is not loaded");
         assert_eq!(loaded.entries.len(), atoms.len());
         let reopened = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
         assert!(reopened.read().hnsw.is_some(), "built again from the vectors");
         assert_eq!(top(&reopened, &query), expected);
-        reopened.persist().unwrap();
+        // Saved in the current format by the open itself.
         let saved = std::fs::read(&path).unwrap();
         assert_eq!(saved[..4], FORMAT.to_le_bytes());
         assert!(load(&path, "test:8", 8).unwrap().unwrap().graph.is_some());
+    }
+
+    #[test]
+    fn f16_conversion_rounds_to_nearest_even() {
+        for (x, bits) in [
+            (0.0f32, 0x0000u16),
+            (-0.0, 0x8000),
+            (1.0, 0x3c00),
+            (-2.0, 0xc000),
+            (1.0 / 3.0, 0x3555),
+            (65504.0, 0x7bff),
+            (65520.0, 0x7c00),
+            (1e9, 0x7c00),
+            (f32::NEG_INFINITY, 0xfc00),
+            (6.103_515_6e-5, 0x0400),
+            (5.960_464_5e-8, 0x0001),
+            (1e-7, 0x0002),
+            (2e-8, 0x0000),
+            // 1 + 2^-11 lies halfway between 1 and the next half: even wins.
+            (1.000_488_3, 0x3c00),
+            (1.001_464_8, 0x3c02),
+        ] {
+            assert_eq!(f16_bits(x), bits, "{x}");
+        }
+        assert_eq!(f16_bits(f32::NAN) & 0x7c00, 0x7c00);
+        assert_ne!(f16_bits(f32::NAN) & 0x03ff, 0);
     }
 
     #[test]
