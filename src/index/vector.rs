@@ -27,12 +27,23 @@ use crate::atom::AtomId;
 
 /// Partitions up to this size are searched exactly.
 pub(crate) const EXACT_LIMIT: usize = 4_096;
-/// The file format written: 3 appends the HNSW graph with f16 vectors; 2
-/// (an f32 graph) and 1 (vectors only) are still read, and their graph
-/// built again at open.
-const FORMAT: u32 = 3;
+/// The file format written: 4 puts the vectors after the entries, aligned,
+/// to be mapped; 3 appended the HNSW graph with f16 vectors; 2 (an f32
+/// graph, converted at open) and 1 (vectors only, graph built at open) are
+/// still read.
+const FORMAT: u32 = 4;
 /// The first format whose graph is loaded.
 const GRAPH_FORMAT: u32 = 3;
+/// The first format whose vectors follow the entries, aligned, and are
+/// mapped rather than read.
+const MAPPED_FORMAT: u32 = 4;
+/// Where format 4 starts its vectors and its graph: a multiple of this.
+const ALIGN: usize = 64;
+
+/// Zero bytes that bring `offset` to a multiple of [`ALIGN`].
+fn padding(offset: usize) -> usize {
+    (ALIGN - offset % ALIGN) % ALIGN
+}
 
 /// Errors of the vector index.
 #[derive(Debug, thiserror::Error)]
@@ -74,21 +85,60 @@ struct Entry {
 /// cold process about 40 ms of allocator and page-fault time for its two
 /// models' indexes at 10k vectors, and an exact scan chased a pointer per
 /// vector.
+///
+/// The slots a vector file holds (format 4) stay in the file: mapped
+/// privately (copy on write: a vector set here never reaches the file,
+/// which a save replaces whole), so opening reads no vector, and a search
+/// touches only the pages of the vectors it scores. Slots past them are in
+/// `floats`.
 #[derive(Debug)]
 struct Vectors {
     dims: usize,
+    mapped: Option<memmap2::MmapMut>,
+    /// Slots `0..mapped_slots` are in `mapped`.
+    mapped_slots: usize,
     floats: Vec<f32>,
     free: Vec<u32>,
 }
 
 impl Vectors {
     fn new(dims: usize) -> Vectors {
-        Vectors { dims, floats: Vec::new(), free: Vec::new() }
+        Vectors { dims, mapped: None, mapped_slots: 0, floats: Vec::new(), free: Vec::new() }
+    }
+
+    /// The `slots` vectors at `offset` of `file`, mapped; `None` when the
+    /// map cannot serve them as floats (a platform of another byte order,
+    /// a misaligned map) and they are to be read instead.
+    #[allow(unsafe_code)]
+    fn mapped(file: &std::fs::File, offset: u64, slots: usize, dims: usize) -> std::io::Result<Option<Vectors>> {
+        let len = slots * dims * 4;
+        if len == 0 || cfg!(target_endian = "big") {
+            return Ok(None);
+        }
+        // SAFETY: a private (copy-on-write) map: writes stay in this
+        // process. HMG replaces a vector file by renaming a new one over it
+        // (this map keeps the old file) and writes in place only the
+        // version in its header, before this range.
+        let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map_copy(file) }?;
+        if map.as_ptr().align_offset(std::mem::align_of::<f32>()) != 0 {
+            return Ok(None);
+        }
+        Ok(Some(Vectors { dims, mapped: Some(map), mapped_slots: slots, floats: Vec::new(), free: Vec::new() }))
+    }
+
+    fn slots(&self) -> usize {
+        self.mapped_slots + self.floats.len() / self.dims.max(1)
     }
 
     fn get(&self, slot: u32) -> &[f32] {
-        let start = slot as usize * self.dims;
-        &self.floats[start..start + self.dims]
+        let slot = slot as usize;
+        match &self.mapped {
+            Some(map) if slot < self.mapped_slots => &as_floats(map)[slot * self.dims..(slot + 1) * self.dims],
+            _ => {
+                let start = (slot - self.mapped_slots) * self.dims;
+                &self.floats[start..start + self.dims]
+            }
+        }
     }
 
     /// Stores `vector` (of `dims` floats) in a free slot or a new one.
@@ -99,8 +149,7 @@ impl Vectors {
                 Ok(slot)
             }
             None => {
-                let slot = u32::try_from(self.floats.len() / self.dims.max(1))
-                    .map_err(|_| VectorError::Usearch("more than 2^32 vectors in one index".into()))?;
+                let slot = u32::try_from(self.slots()).map_err(|_| VectorError::Usearch("more than 2^32 vectors in one index".into()))?;
                 self.floats.extend_from_slice(vector);
                 Ok(slot)
             }
@@ -108,8 +157,14 @@ impl Vectors {
     }
 
     fn set(&mut self, slot: u32, vector: &[f32]) {
-        let start = slot as usize * self.dims;
-        self.floats[start..start + self.dims].copy_from_slice(vector);
+        let (slot, dims) = (slot as usize, self.dims);
+        match &mut self.mapped {
+            Some(map) if slot < self.mapped_slots => as_floats_mut(map)[slot * dims..(slot + 1) * dims].copy_from_slice(vector),
+            _ => {
+                let start = (slot - self.mapped_slots) * dims;
+                self.floats[start..start + dims].copy_from_slice(vector);
+            }
+        }
     }
 
     fn release(&mut self, slot: u32) {
@@ -117,9 +172,27 @@ impl Vectors {
     }
 
     fn clear(&mut self) {
+        self.mapped = None;
+        self.mapped_slots = 0;
         self.floats = Vec::new();
         self.free.clear();
     }
+}
+
+/// The floats of a map [`Vectors::mapped`] checked for alignment.
+#[allow(unsafe_code)]
+fn as_floats(map: &memmap2::MmapMut) -> &[f32] {
+    // SAFETY: aligned for f32 (checked when mapped), every bit pattern is
+    // a float, and the length is whole floats; the map lives as long as
+    // the borrow.
+    unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<f32>(), map.len() / 4) }
+}
+
+/// [`as_floats`], writable.
+#[allow(unsafe_code)]
+fn as_floats_mut(map: &mut memmap2::MmapMut) -> &mut [f32] {
+    // SAFETY: as in `as_floats`, borrowed exclusively.
+    unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().cast::<f32>(), map.len() / 4) }
 }
 
 /// Keyed by [`key_of`] with foldhash: SipHash's share of an HNSW search
@@ -480,11 +553,13 @@ impl VectorIndex {
         let io = |source| VectorError::Io { path: tmp.clone(), source };
         {
             let file = std::fs::File::create(&tmp).map_err(io)?;
-            let mut out = std::io::BufWriter::new(file);
+            let mut out = Counted { out: std::io::BufWriter::with_capacity(1 << 20, file), written: 0 };
             let mut header = self.header_prefix();
             header.extend_from_slice(&inner.applied_version.to_le_bytes());
             header.extend_from_slice(&(inner.entries.len() as u64).to_le_bytes());
-            out.write_all(&header).map_err(io)?;
+            out.put(&header).map_err(io)?;
+            // The entries, then their vectors in the same order, aligned
+            // (a map of the file serves them as floats).
             let mut body = Vec::with_capacity(64 + self.dims * 4);
             for entry in inner.entries.values() {
                 body.clear();
@@ -492,10 +567,15 @@ impl VectorIndex {
                 put_str(&mut body, &entry.tenant);
                 put_str(&mut body, &entry.repo_key);
                 put_str(&mut body, &entry.status);
+                out.put(&body).map_err(io)?;
+            }
+            out.pad().map_err(io)?;
+            for entry in inner.entries.values() {
+                body.clear();
                 for x in inner.vectors.get(entry.slot) {
                     body.extend_from_slice(&x.to_le_bytes());
                 }
-                out.write_all(&body).map_err(io)?;
+                out.put(&body).map_err(io)?;
             }
             // The graph, or an empty section when the index has none.
             body.clear();
@@ -503,16 +583,35 @@ impl VectorIndex {
                 body.resize(hnsw.serialized_length(), 0);
                 hnsw.save_to_buffer(&mut body).map_err(|e| VectorError::Usearch(e.to_string()))?;
             }
-            out.write_all(&(body.len() as u64).to_le_bytes()).map_err(io)?;
-            out.write_all(&checksum(&body).to_le_bytes()).map_err(io)?;
-            out.write_all(&body).map_err(io)?;
-            let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+            out.put(&(body.len() as u64).to_le_bytes()).map_err(io)?;
+            out.put(&checksum(&body).to_le_bytes()).map_err(io)?;
+            out.pad().map_err(io)?;
+            out.put(&body).map_err(io)?;
+            let file = out.out.into_inner().map_err(|e| io(e.into_error()))?;
             file.sync_all().map_err(io)?;
         }
         std::fs::rename(&tmp, &path).map_err(|source| VectorError::Io { path: path.clone(), source })?;
         inner.saved_version = inner.applied_version;
         inner.dirty = false;
         Ok(())
+    }
+}
+
+/// A file written through a buffer, counting its bytes (to align sections).
+struct Counted {
+    out: std::io::BufWriter<std::fs::File>,
+    written: usize,
+}
+
+impl Counted {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.written += bytes.len();
+        self.out.write_all(bytes)
+    }
+
+    /// Zeros up to the next multiple of [`ALIGN`].
+    fn pad(&mut self) -> std::io::Result<()> {
+        self.put(&[0u8; ALIGN][..padding(self.written)])
     }
 }
 
@@ -609,6 +708,12 @@ impl Stream {
         self.reader.read_exact(buf)
     }
 
+    /// Passes over `len` bytes.
+    fn skip(&mut self, len: u64) -> std::io::Result<()> {
+        self.left = self.left.checked_sub(len).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        self.reader.seek_relative(i64::try_from(len).map_err(|_| std::io::ErrorKind::InvalidData)?)
+    }
+
     fn u32(&mut self) -> std::io::Result<u32> {
         let mut b = [0u8; 4];
         self.take(&mut b)?;
@@ -645,8 +750,8 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(e)),
     };
-    let left = file.metadata().map_err(io)?.len();
-    let mut stream = Stream { reader: std::io::BufReader::with_capacity(1 << 20, file), left };
+    let size = file.metadata().map_err(io)?.len();
+    let mut stream = Stream { reader: std::io::BufReader::with_capacity(1 << 20, file), left: size };
     let bad = |_| io(std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated or malformed vector file"));
     let format = stream.u32().map_err(bad)?;
     let stored_model = stream.string().map_err(bad)?;
@@ -661,11 +766,20 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
     if count.saturating_mul(16 + dims as u64 * 4) > stream.left {
         return Err(bad(std::io::ErrorKind::InvalidData.into()));
     }
+    // Vectors are mapped from format 4 on; before, each followed its entry.
+    let mapped = format >= MAPPED_FORMAT;
     // Bounded by the file's length (checked above).
     let mut entries = Vec::with_capacity(count as usize);
     let mut vectors = Vectors::new(dims);
-    vectors.floats.reserve_exact(count as usize * dims);
     let mut raw = vec![0u8; dims * 4];
+    let mut read_vector = |stream: &mut Stream, vectors: &mut Vectors| -> Result<(), VectorError> {
+        stream.take(&mut raw).map_err(bad)?;
+        vectors.floats.extend(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        Ok(())
+    };
+    if !mapped {
+        vectors.floats.reserve_exact(count as usize * dims);
+    }
     for slot in 0..count {
         let mut id = [0u8; 16];
         stream.take(&mut id).map_err(bad)?;
@@ -673,15 +787,38 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
         let tenant = stream.string().map_err(bad)?;
         let repo_key = stream.string().map_err(bad)?;
         let status = stream.string().map_err(bad)?;
-        stream.take(&mut raw).map_err(bad)?;
-        vectors.floats.extend(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        if !mapped {
+            read_vector(&mut stream, &mut vectors)?;
+        }
         let slot = u32::try_from(slot).map_err(|_| bad(std::io::ErrorKind::InvalidData.into()))?;
         entries.push((key_of(atom_id), Entry { atom_id, tenant, repo_key, status, slot }));
+    }
+    if mapped {
+        stream.skip(padding((size - stream.left) as usize) as u64).map_err(bad)?;
+        let (offset, len) = (size - stream.left, count * dims as u64 * 4);
+        if len > stream.left {
+            return Err(bad(std::io::ErrorKind::InvalidData.into()));
+        }
+        match Vectors::mapped(stream.reader.get_ref(), offset, count as usize, dims).map_err(io)? {
+            Some(map) => {
+                vectors = map;
+                stream.skip(len).map_err(bad)?;
+            }
+            None => {
+                vectors.floats.reserve_exact(count as usize * dims);
+                for _ in 0..count {
+                    read_vector(&mut stream, &mut vectors)?;
+                }
+            }
+        }
     }
     let upgraded = format < FORMAT;
     let graph = if format >= 2 {
         let len = stream.u64().map_err(bad)?;
         let sum = stream.u64().map_err(bad)?;
+        if mapped {
+            stream.skip(padding((size - stream.left) as usize) as u64).map_err(bad)?;
+        }
         let bytes = stream.bytes(len).map_err(bad)?;
         if bytes.is_empty() {
             None
@@ -914,16 +1051,54 @@ mod tests {
         assert!(load(&path, "test:8", 8).unwrap().unwrap().graph.is_some());
         drop(rebuilt);
 
-        // A file of the previous format (vectors, no graph section: the
-        // section is its length, its checksum and its bytes) still opens
-        // with every vector.
+        // A file of the first format (each vector after its entry, no
+        // graph section) still opens with every vector.
         assert!(graph_len > 0);
-        let mut old = saved[..saved.len() - 16 - graph_len].to_vec();
-        old[..4].copy_from_slice(&1u32.to_le_bytes());
-        std::fs::write(&path, &old).unwrap();
+        let kept: Vec<(AtomId, Vec<f32>)> = atoms.iter().filter(|(id, _)| *id != removed).cloned().collect();
+        std::fs::write(&path, legacy_file(1, 8, &kept, None)).unwrap();
         let from_old = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
         assert_eq!(from_old.count("t"), atoms.len() as u64 - 1);
         assert_eq!(top(&from_old, &queries[1]), expected[1]);
+    }
+
+    /// A vector file as formats 1 to 3 wrote it (each vector after its
+    /// entry; from format 2 on, the graph section without alignment), of
+    /// `atoms` in tenant `t`, repository `a/r`, active, at version
+    /// `atoms.len()`.
+    fn legacy_file(format: u32, dims: usize, atoms: &[(AtomId, Vec<f32>)], graph: Option<&usearch::Index>) -> Vec<u8> {
+        let mut out = format.to_le_bytes().to_vec();
+        put_str(&mut out, &format!("test:{dims}"));
+        out.extend_from_slice(&(dims as u32).to_le_bytes());
+        out.extend_from_slice(&(atoms.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(atoms.len() as u64).to_le_bytes());
+        for (id, v) in atoms {
+            out.extend_from_slice(&u128::from(*id).to_le_bytes());
+            for field in ["t", "a/r", "active"] {
+                put_str(&mut out, field);
+            }
+            v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        }
+        if format >= 2 {
+            let mut bytes = Vec::new();
+            if let Some(graph) = graph {
+                bytes.resize(graph.serialized_length(), 0);
+                graph.save_to_buffer(&mut bytes).unwrap();
+            }
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(&checksum(&bytes).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        out
+    }
+
+    /// A graph of `atoms` with vectors of `kind`.
+    fn graph_of(dims: usize, kind: usearch::ScalarKind, atoms: &[(AtomId, Vec<f32>)]) -> usearch::Index {
+        let graph = hnsw_of(dims, kind).unwrap();
+        graph.reserve(atoms.len()).unwrap();
+        for (id, v) in atoms {
+            graph.add(key_of(*id), v).unwrap();
+        }
+        graph
     }
 
     /// `n` pseudo-random unit vectors of `dims` dimensions drawn around a
@@ -984,27 +1159,6 @@ mod tests {
         assert!(f16_found as f32 / asked as f32 >= 0.8, "f16 {f16_found} of {asked}");
     }
 
-    /// The index file in `dir` (whose graph section is `graph_len` bytes),
-    /// written as format 2 wrote it: its graph holds f32 vectors (built here
-    /// from the same vectors).
-    fn write_format_2(dir: &Path, graph_len: usize, atoms: &[(AtomId, Vec<f32>)], dims: usize) {
-        let path = dir.join("vectors.bin");
-        let saved = std::fs::read(&path).unwrap();
-        let f32_graph = hnsw_of(dims, usearch::ScalarKind::F32).unwrap();
-        f32_graph.reserve(atoms.len()).unwrap();
-        for (id, v) in atoms {
-            f32_graph.add(key_of(*id), v).unwrap();
-        }
-        let mut graph = vec![0u8; f32_graph.serialized_length()];
-        f32_graph.save_to_buffer(&mut graph).unwrap();
-        let mut old = saved[..saved.len() - 16 - graph_len].to_vec();
-        old[..4].copy_from_slice(&2u32.to_le_bytes());
-        old.extend_from_slice(&(graph.len() as u64).to_le_bytes());
-        old.extend_from_slice(&checksum(&graph).to_le_bytes());
-        old.extend_from_slice(&graph);
-        std::fs::write(&path, &old).unwrap();
-    }
-
     #[test]
     fn a_graph_saved_with_f32_vectors_is_kept_with_its_vectors_in_f16() {
         let dims = 8;
@@ -1012,15 +1166,7 @@ mod tests {
         let path = dir.path().join("vectors.bin");
         let atoms = scattered(EXACT_LIMIT + 50);
         let queries: Vec<Vec<f32>> = scattered(5).into_iter().map(|(_, v)| v).collect();
-        let graph_len = {
-            let index = VectorIndex::open(Some(dir.path()), "test:8", dims).unwrap();
-            for (version, (id, v)) in atoms.iter().enumerate() {
-                index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
-            }
-            index.persist().unwrap();
-            index.read().hnsw.as_ref().map_or(0, usearch::Index::serialized_length)
-        };
-        write_format_2(dir.path(), graph_len, &atoms, dims);
+        std::fs::write(&path, legacy_file(2, dims, &atoms, Some(&graph_of(dims, usearch::ScalarKind::F32, &atoms)))).unwrap();
         // What the f32 graph answers, exactly rescored as the index does.
         let f32_graph = {
             let loaded = load(&path, "test:8", dims).unwrap().unwrap();
@@ -1029,10 +1175,8 @@ mod tests {
         };
         assert_eq!(f32_graph.scalar_kind(), usearch::ScalarKind::F16);
         // Its vectors are what usearch itself makes of the f32 ones.
-        let native = hnsw_of(dims, usearch::ScalarKind::F16).unwrap();
-        native.reserve(atoms.len()).unwrap();
-        for (id, v) in &atoms {
-            native.add(key_of(*id), v).unwrap();
+        let native = graph_of(dims, usearch::ScalarKind::F16, &atoms);
+        for (id, _) in &atoms {
             let (mut ours, mut theirs) = (vec![0i16; dims], vec![0i16; dims]);
             f32_graph.get(key_of(*id), usearch::f16::from_mut_i16s(&mut ours)).unwrap();
             native.get(key_of(*id), usearch::f16::from_mut_i16s(&mut theirs)).unwrap();
@@ -1063,17 +1207,14 @@ mod tests {
         let atoms = scattered(EXACT_LIMIT + 50);
         let query = scattered(1).pop().unwrap().1;
         let expected = {
-            let index = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+            let index = VectorIndex::open(None, "test:8", 8).unwrap();
             for (version, (id, v)) in atoms.iter().enumerate() {
                 index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
             }
-            index.persist().unwrap();
             top(&index, &query)
         };
         // An f16 graph labelled format 2: not f32 vectors, so not converted.
-        let mut old = std::fs::read(&path).unwrap();
-        old[..4].copy_from_slice(&2u32.to_le_bytes());
-        std::fs::write(&path, &old).unwrap();
+        std::fs::write(&path, legacy_file(2, 8, &atoms, Some(&graph_of(8, usearch::ScalarKind::F16, &atoms)))).unwrap();
         let loaded = load(&path, "test:8", 8).unwrap().unwrap();
         assert!(loaded.graph.is_none(), "a graph of unexpected layout is not loaded");
         assert_eq!(loaded.entries.len(), atoms.len());
@@ -1120,7 +1261,7 @@ mod tests {
         for (version, (id, v)) in atoms.iter().enumerate() {
             index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
         }
-        let floats = index.read().vectors.floats.len();
+        let floats = index.read().vectors.slots();
         // Ten removed, ten new: the arena does not grow.
         for (id, _) in &atoms[..10] {
             index.remove(*id, 60);
@@ -1129,13 +1270,13 @@ mod tests {
         for (id, v) in &newcomers {
             index.upsert(*id, "t", "a/r", "active", v.clone(), 61).unwrap();
         }
-        assert_eq!(index.read().vectors.floats.len(), floats, "freed slots reused");
+        assert_eq!(index.read().vectors.slots(), floats, "freed slots reused");
         // Replacing a vector rewrites its slot; moving an atom to another
         // tenant takes it out of the first one's partition.
         let (moved, replaced) = (atoms[20].0, atoms[21].0);
         index.upsert(replaced, "t", "a/r", "active", atoms[30].1.clone(), 62).unwrap();
         index.upsert(moved, "u", "a/r", "active", atoms[20].1.clone(), 63).unwrap();
-        assert_eq!(index.read().vectors.floats.len(), floats);
+        assert_eq!(index.read().vectors.slots(), floats);
         assert_eq!((index.count("t"), index.count("u")), (49, 1));
         assert_eq!(index.vector_of(moved, "t"), None);
         let expect = |index: &VectorIndex| {
@@ -1156,7 +1297,56 @@ mod tests {
         index.persist().unwrap();
         drop(index);
         let reopened = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
-        assert_eq!(reopened.read().vectors.floats.len(), 50 * 8, "written compactly");
+        assert_eq!(reopened.read().vectors.slots(), 50, "written compactly");
+        expect(&reopened);
+    }
+
+    #[test]
+    fn saved_vectors_are_mapped_and_changed_in_memory_only_until_a_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.bin");
+        let atoms = scattered(40);
+        // Written by format 3 (vectors after their entries): read, then
+        // saved in the current format.
+        std::fs::write(&path, legacy_file(3, 8, &atoms, None)).unwrap();
+        {
+            let index = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+            assert_eq!(index.read().vectors.mapped_slots, 0, "an older file is read");
+            assert!(atoms.iter().all(|(id, v)| index.vector_of(*id, "t").as_ref() == Some(v)));
+            index.persist().unwrap();
+        }
+        assert_eq!(std::fs::read(&path).unwrap()[..4], FORMAT.to_le_bytes());
+        let on_disk = std::fs::read(&path).unwrap();
+        let index = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+        assert_eq!(index.read().vectors.mapped_slots, atoms.len(), "every saved vector is mapped");
+        assert!(index.read().vectors.floats.is_empty());
+        for (id, v) in &atoms {
+            assert_eq!(index.vector_of(*id, "t").as_ref(), Some(v));
+            assert_eq!(top(&index, v)[0], *id);
+        }
+        // Changes: a mapped slot replaced, one freed and reused, and more
+        // vectors than the map holds.
+        let newcomers = scattered(15);
+        index.upsert(atoms[0].0, "t", "a/r", "active", atoms[1].1.clone(), 50).unwrap();
+        index.remove(atoms[2].0, 51);
+        for (id, v) in &newcomers {
+            index.upsert(*id, "t", "a/r", "active", v.clone(), 52).unwrap();
+        }
+        assert_eq!(index.read().vectors.slots(), atoms.len() + newcomers.len() - 1);
+        let expect = |index: &VectorIndex| {
+            assert_eq!(index.vector_of(atoms[0].0, "t").as_ref(), Some(&atoms[1].1));
+            assert!(!index.contains(atoms[2].0));
+            for (id, v) in atoms[3..].iter().chain(&newcomers) {
+                assert_eq!(index.vector_of(*id, "t").as_ref(), Some(v));
+            }
+        };
+        expect(&index);
+        assert_eq!(std::fs::read(&path).unwrap(), on_disk, "a mapped vector changes in memory only");
+        index.persist().unwrap();
+        expect(&index);
+        drop(index);
+        let reopened = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+        assert_eq!(reopened.read().vectors.mapped_slots, atoms.len() + newcomers.len() - 1);
         expect(&reopened);
     }
 
