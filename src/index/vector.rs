@@ -819,17 +819,27 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
         if mapped {
             stream.skip(padding((size - stream.left) as usize) as u64).map_err(bad)?;
         }
-        let bytes = stream.bytes(len).map_err(bad)?;
+        // A saved graph is mapped for usearch to copy it, not read into a
+        // buffer first (a second copy, and its page faults).
+        let (map, read);
+        let bytes: &[u8] = if mapped && len > 0 && len <= stream.left {
+            map = map_section(stream.reader.get_ref(), size - stream.left, len).map_err(io)?;
+            stream.skip(len).map_err(bad)?;
+            &map
+        } else {
+            read = stream.bytes(len).map_err(bad)?;
+            &read
+        };
         if bytes.is_empty() {
             None
-        } else if checksum(&bytes) != sum {
+        } else if checksum(bytes) != sum {
             tracing::warn!(path = %path.display(), "saved vector graph fails its checksum; rebuilding it");
             None
         } else if format < GRAPH_FORMAT {
             // The same graph with its vectors in f16: milliseconds, where
             // building it again took 65 s for two models at 100k vectors,
             // before the first answer of the first process after the upgrade.
-            match f32_graph_as_f16(&bytes, dims) {
+            match f32_graph_as_f16(bytes, dims) {
                 Some(converted) => saved_graph(&converted, dims, &entries),
                 None => {
                     tracing::warn!(
@@ -842,12 +852,22 @@ fn load(path: &Path, model_id: &str, dims: usize) -> Result<Option<Loaded>, Vect
                 }
             }
         } else {
-            saved_graph(&bytes, dims, &entries)
+            saved_graph(bytes, dims, &entries)
         }
     } else {
         None
     };
     Ok(Some(Loaded { version, entries, vectors, graph, upgraded }))
+}
+
+/// `len` bytes of `file` from `offset`, mapped read-only.
+#[allow(unsafe_code)]
+fn map_section(file: &std::fs::File, offset: u64, len: u64) -> std::io::Result<memmap2::Mmap> {
+    let len = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidData)?;
+    // SAFETY: read while the file is open here; HMG replaces a vector file
+    // by a rename (this map keeps the old one) and writes in place only the
+    // version in its header, before this section.
+    unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(file) }
 }
 
 /// A usearch graph serialized with f32 vectors (format 2), as the same graph
