@@ -551,6 +551,7 @@ impl VectorIndex {
         }
         let tmp = dir.join("vectors.bin.tmp");
         let io = |source| VectorError::Io { path: tmp.clone(), source };
+        let matrix_at;
         {
             let file = std::fs::File::create(&tmp).map_err(io)?;
             let mut out = Counted { out: std::io::BufWriter::with_capacity(1 << 20, file), written: 0 };
@@ -570,6 +571,7 @@ impl VectorIndex {
                 out.put(&body).map_err(io)?;
             }
             out.pad().map_err(io)?;
+            matrix_at = out.written as u64;
             for entry in inner.entries.values() {
                 body.clear();
                 for x in inner.vectors.get(entry.slot) {
@@ -593,7 +595,35 @@ impl VectorIndex {
         std::fs::rename(&tmp, &path).map_err(|source| VectorError::Io { path: path.clone(), source })?;
         inner.saved_version = inner.applied_version;
         inner.dirty = false;
+        self.remap(&mut inner, &path, matrix_at);
         Ok(())
+    }
+
+    /// After a save: the vectors are served from the file just written, in
+    /// its order. The map of the file it replaced is let go, so that file
+    /// (with the vectors of whatever a purge removed) leaves the disk now,
+    /// not when the process exits.
+    fn remap(&self, inner: &mut Inner, path: &Path, offset: u64) {
+        let count = inner.entries.len();
+        if count == 0 {
+            inner.vectors.clear();
+            return;
+        }
+        match std::fs::File::open(path).and_then(|file| Vectors::mapped(&file, offset, count, self.dims)) {
+            Ok(Some(vectors)) => {
+                // The order the save wrote them in (the map is unchanged
+                // since).
+                for (slot, entry) in inner.entries.values_mut().enumerate() {
+                    entry.slot = slot as u32;
+                }
+                inner.vectors = vectors;
+            }
+            // Not mappable here: they stay in memory.
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "vector file saved but not mapped again; its vectors stay in memory")
+            }
+        }
     }
 }
 
@@ -1362,6 +1392,22 @@ mod tests {
         };
         expect(&index);
         assert_eq!(std::fs::read(&path).unwrap(), on_disk, "a mapped vector changes in memory only");
+        index.persist().unwrap();
+        expect(&index);
+        // Served from the new file: the replaced one is not held open.
+        assert_eq!(index.read().vectors.mapped_slots, atoms.len() + newcomers.len() - 1);
+        assert!(index.read().vectors.floats.is_empty() && index.read().vectors.free.is_empty());
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let dir_name = dir.path().to_string_lossy().into_owned();
+        assert!(!maps.lines().any(|l| l.contains(&dir_name) && l.contains("(deleted)")), "a replaced vector file is still mapped");
+        // Changes after the save, then another save.
+        index.remove(atoms[3].0, 53);
+        index.upsert(atoms[4].0, "t", "a/r", "active", atoms[5].1.clone(), 54).unwrap();
+        index.persist().unwrap();
+        assert_eq!(index.vector_of(atoms[4].0, "t").as_ref(), Some(&atoms[5].1));
+        assert!(!index.contains(atoms[3].0));
+        index.upsert(atoms[4].0, "t", "a/r", "active", atoms[4].1.clone(), 55).unwrap();
+        index.upsert(atoms[3].0, "t", "a/r", "active", atoms[3].1.clone(), 56).unwrap();
         index.persist().unwrap();
         expect(&index);
         drop(index);
