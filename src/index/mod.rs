@@ -102,6 +102,11 @@ pub struct Semantic {
     /// Recent query vectors: agents repeat queries, and embedding one costs
     /// far more than searching with it.
     query_cache: Mutex<HashMap<String, Vec<f32>>>,
+    /// What embedding a query has lately cost this model on its engine
+    /// thread, in microseconds (a moving average; 0 before the first):
+    /// recall searches with the model expected to answer first while the
+    /// others still embed.
+    query_micros: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Query vectors on their way ([`Semantic::start_queries`]).
@@ -134,6 +139,17 @@ impl std::fmt::Debug for Indexes {
 }
 
 impl Semantic {
+    /// One model and its vectors.
+    fn new(embedder: Arc<dyn Embedder>, vectors: VectorIndex) -> Semantic {
+        Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()), query_micros: Arc::default() }
+    }
+
+    /// What a query has lately cost this model to embed (microseconds; 0
+    /// before its first).
+    pub(crate) fn query_micros(&self) -> u64 {
+        self.query_micros.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// This model's vector for a query, from the cache when it was seen lately.
     pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::index::embed::EmbedError> {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
@@ -173,9 +189,17 @@ impl Semantic {
         } else {
             let embedder = Arc::clone(&self.embedder);
             let owned = missing.clone();
+            let cost = Arc::clone(&self.query_micros);
             let work = move || {
+                let started = std::time::Instant::now();
                 let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-                embedder.embed_queries(&refs)
+                let vectors = embedder.embed_queries(&refs);
+                let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64;
+                // An eighth of each new figure; the first is taken whole.
+                let old = cost.load(std::sync::atomic::Ordering::Relaxed);
+                let new = if old == 0 { micros } else { (old * 7 + micros) / 8 };
+                cost.store(new.max(1), std::sync::atomic::Ordering::Relaxed);
+                vectors
             };
             Some(embed::start_on(engine, work)?)
         };
@@ -308,7 +332,7 @@ impl Indexes {
         });
         let keyword = keyword?;
         for (embedder, vectors) in embedders.into_iter().zip(opened) {
-            semantic.push(Semantic { embedder, vectors: vectors?, query_cache: Mutex::new(HashMap::new()) });
+            semantic.push(Semantic::new(embedder, vectors?));
         }
         let indexes = Indexes { keyword, semantic, graph: RwLock::new(graph), graph_path, semantic_note };
         indexes.catch_up(store, &mut |_, _, _| {})?;
@@ -669,7 +693,7 @@ mod tests {
             .into_iter()
             .map(|embedder| {
                 let vectors = VectorIndex::open(None, embedder.id(), embedder.dims()).expect("vector index");
-                Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()) }
+                Semantic::new(embedder, vectors)
             })
             .collect()
     }

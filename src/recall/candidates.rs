@@ -32,8 +32,12 @@ fn understands(semantic: &Semantic, language: &str) -> bool {
 }
 
 /// Gathers every list for `query`. The models embed the query on the
-/// engine threads (side by side, one core each, when there are several)
-/// while this thread searches the keyword index.
+/// engine threads (side by side, one core each, when there are several).
+/// This thread waits for them in the order they are expected to answer
+/// (the cost each had lately) and searches each model's vectors as soon as
+/// its vector is there, while the slower ones still embed; the keyword and
+/// entity lists come just before the wait for the last model, on the core
+/// the faster models have left.
 pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Result<Lists, RecallError> {
     let parts = query_parts(query.text, query.terms.len(), config);
     let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
@@ -46,15 +50,21 @@ pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>
     let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| understands(s, query.language)).collect();
     // On one core, side by side is one model after the other on it.
     let side_by_side = models.len() >= 2;
-    let started: Vec<_> = models.iter().enumerate().map(|(i, s)| s.start_queries(&texts, side_by_side.then_some(i))).collect();
-    let keyword = indexes
-        .keyword()
-        .search(query.tenant, &query.repo_keys, query.statuses, query.text, config.candidates)
-        .map_err(IndexError::from)?;
-    let mut semantic = Vec::new();
-    let mut per_part = Vec::new();
-    for (s, started) in models.into_iter().zip(started) {
-        let mut vectors = match started.and_then(|started| s.finish_queries(started)) {
+    let mut started: Vec<_> = models.iter().enumerate().map(|(i, s)| Some(s.start_queries(&texts, side_by_side.then_some(i)))).collect();
+    let mut order: Vec<usize> = (0..models.len()).collect();
+    order.sort_by_key(|&i| models[i].query_micros());
+    // Each model's lists in the models' order, whatever order they came in
+    // (fusion adds them up in that order).
+    let mut semantic: Vec<Option<Vec<(AtomId, f32)>>> = vec![None; models.len()];
+    let mut per_part: Vec<Option<HashMap<AtomId, f32>>> = vec![None; models.len()];
+    let mut lexical = None;
+    for (n, &i) in order.iter().enumerate() {
+        if n + 1 == order.len() {
+            lexical = Some(lexical_lists(indexes, config, query)?);
+        }
+        let s = models[i];
+        let Some(pending) = started[i].take() else { continue };
+        let mut vectors = match pending.and_then(|pending| s.finish_queries(pending)) {
             Ok(vectors) if vectors.len() == texts.len() => vectors,
             Ok(_) | Err(_) if texts.len() > 1 => {
                 tracing::warn!(model = s.embedder.id(), "query part embedding failed; this model sits out the dialogue list");
@@ -73,14 +83,29 @@ pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>
             }
         };
         let part_vectors = vectors.split_off(1);
-        semantic.push(search(s, query, &vectors[0], config)?);
+        semantic[i] = Some(search(s, query, &vectors[0], config)?);
         if with_parts && part_vectors.len() == parts.len() {
-            per_part.push(part_list(s, config, query, &part_vectors)?);
+            per_part[i] = Some(part_list(s, config, query, &part_vectors)?);
         }
     }
-    let segment = average(per_part);
-    let entity = entity_list(indexes, config, query);
-    Ok(Lists { keyword, semantic, segment, entity, parts: parts.len() })
+    let (keyword, entity) = match lexical {
+        Some(lists) => lists,
+        None => lexical_lists(indexes, config, query)?,
+    };
+    let segment = average(per_part.into_iter().flatten().collect());
+    Ok(Lists { keyword, semantic: semantic.into_iter().flatten().collect(), segment, entity, parts: parts.len() })
+}
+
+/// The keyword list (BM25 scores) and the entity list.
+type Lexical = (Vec<(AtomId, f32)>, Vec<AtomId>);
+
+/// The keyword list and the entity list.
+fn lexical_lists(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Result<Lexical, RecallError> {
+    let keyword = indexes
+        .keyword()
+        .search(query.tenant, &query.repo_keys, query.statuses, query.text, config.candidates)
+        .map_err(IndexError::from)?;
+    Ok((keyword, entity_list(indexes, config, query)))
 }
 
 fn search(s: &Semantic, query: &Query<'_>, vector: &[f32], config: &RecallConfig) -> Result<Vec<(AtomId, f32)>, RecallError> {
