@@ -19,6 +19,7 @@ use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
 
 use crate::atom::AtomId;
+use crate::index::card::Card;
 use crate::index::vector::{put_str, read_str, rewrite_version};
 
 /// A node.
@@ -45,7 +46,7 @@ pub(crate) enum Link {
     Derivation,
 }
 
-/// What the graph knows about one atom.
+/// What the graph knows about one atom: its links, and its card.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct AtomLinks {
     /// Tenant.
@@ -58,6 +59,9 @@ pub(crate) struct AtomLinks {
     pub supersedes: Option<AtomId>,
     /// Its sources.
     pub derived_from: Vec<AtomId>,
+    /// What recall boosts it by (`None`: unknown; recall then assumes the
+    /// largest boost).
+    pub card: Option<Card>,
 }
 
 /// A neighbour reached from a seed.
@@ -89,8 +93,9 @@ pub(crate) struct GraphIndex {
     links_on_disk: bool,
 }
 
-/// Layout version of `graph.bin`.
-const FORMAT: u32 = 1;
+/// Layout version of `graph.bin`: 2 added each atom's card; a file of
+/// format 1 is built again from the store (it has no cards).
+const FORMAT: u32 = 2;
 
 /// Where `graph.bin` keeps its store version (after the layout version).
 const VERSION_OFFSET: u64 = std::mem::size_of::<u32>() as u64;
@@ -158,6 +163,13 @@ impl GraphIndex {
             for source in &links.derived_from {
                 out.extend_from_slice(&u128::from(*source).to_le_bytes());
             }
+            match &links.card {
+                Some(card) => {
+                    out.push(1);
+                    card.put(&mut out);
+                }
+                None => out.push(0),
+            }
         }
         let tmp = path.with_extension("bin.tmp");
         {
@@ -172,7 +184,8 @@ impl GraphIndex {
     }
 
     /// Reads a graph written by [`GraphIndex::save`]; `Ok(None)` when there
-    /// is no file, an `InvalidData` error when it is not one.
+    /// is no file or one of an older format (the caller builds the graph
+    /// from the store), an `InvalidData` error when it is not one.
     pub(crate) fn load(path: &Path) -> std::io::Result<Option<GraphIndex>> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
@@ -186,8 +199,13 @@ impl GraphIndex {
             reader.read_exact(&mut buf).ok()?;
             Some(buf)
         }
-        if take::<4>(&mut reader).map(u32::from_le_bytes) != Some(FORMAT) {
-            return Err(bad());
+        match take::<4>(&mut reader).map(u32::from_le_bytes) {
+            Some(FORMAT) => {}
+            Some(1) => {
+                tracing::info!(path = %path.display(), "graph index file of an older format (no cards); building it again");
+                return Ok(None);
+            }
+            _ => return Err(bad()),
         }
         let version = take::<8>(&mut reader).map(u64::from_le_bytes).ok_or_else(bad)?;
         let count = take::<8>(&mut reader).map(u64::from_le_bytes).ok_or_else(bad)?;
@@ -207,12 +225,18 @@ impl GraphIndex {
             for _ in 0..source_count {
                 derived_from.push(AtomId::from(take::<16>(&mut reader).map(u128::from_le_bytes).ok_or_else(bad)?));
             }
+            let card = match take::<1>(&mut reader).ok_or_else(bad)? {
+                [0] => None,
+                [1] => Some(Card::read(&mut reader).ok_or_else(bad)?),
+                _ => return Err(bad()),
+            };
             let links = AtomLinks {
                 tenant,
                 entities,
                 session: (!session.is_empty()).then_some(session),
                 supersedes: (supersedes != 0).then(|| AtomId::from(supersedes)),
                 derived_from,
+                card,
             };
             graph.upsert(id, &links);
         }
@@ -223,6 +247,25 @@ impl GraphIndex {
         graph.saved_version = version;
         graph.links_on_disk = true;
         Ok(Some(graph))
+    }
+
+    /// The card of `atom_id`, when the graph has one.
+    pub(crate) fn card(&self, atom_id: AtomId) -> Option<&Card> {
+        self.links.get(&atom_id)?.card.as_ref()
+    }
+
+    /// Replaces the card of `atom_id` (tests: a missing or a wrong card).
+    #[cfg(test)]
+    pub(crate) fn set_card(&mut self, atom_id: AtomId, card: Option<Card>) {
+        if let Some(links) = self.links.get_mut(&atom_id) {
+            links.card = card;
+        }
+    }
+
+    /// Every atom's card (tests).
+    #[cfg(test)]
+    pub(crate) fn cards(&self) -> HashMap<AtomId, Option<Card>> {
+        self.links.iter().map(|(id, links)| (*id, links.card.clone())).collect()
     }
 
     /// Replaces an atom's links.

@@ -10,6 +10,7 @@
 //!   result as an index that was there all along.
 //! - Tombstoned atoms are removed from every index.
 
+pub(crate) mod card;
 pub mod embed;
 pub(crate) mod graph;
 pub(crate) mod keyword;
@@ -380,7 +381,7 @@ impl Indexes {
         self.graph.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn graph_mut(&self) -> std::sync::RwLockWriteGuard<'_, GraphIndex> {
+    pub(crate) fn graph_mut(&self) -> std::sync::RwLockWriteGuard<'_, GraphIndex> {
         self.graph.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -523,8 +524,13 @@ impl Indexes {
         let target = store.snapshot_version()?;
         let graph_version = self.graph().applied_version();
         let graph_from = if graph_version == 0 || graph_version > target {
-            // No file, or one from another history of the store: from scratch.
+            // No file, or one from another history of the store: from
+            // scratch, and saved at once (else every short-lived process,
+            // a CLI recall, builds it again).
             self.build_graph(store, target)?;
+            if let Err(error) = self.save_graph() {
+                tracing::warn!(%error, "could not save the graph index just built; the next start builds it again");
+            }
             target
         } else {
             graph_version
@@ -625,6 +631,27 @@ impl Indexes {
                 _ => {}
             }
         }
+        for row in store.select_all_graphs(NamedQuery::AtomCards, &[])? {
+            let (Some(Term::NamedNode(graph)), Some(id)) = (row.get("g"), row.get("atom").and_then(store::atom_id_of)) else { continue };
+            let Some(tenant) = store::tenant_of_graph(graph.as_str()) else { continue };
+            let text = |name: &str| match row.get(name) {
+                Some(Term::Literal(l)) => Some(l.value().to_owned()),
+                _ => None,
+            };
+            let (Some(created_at), Some(epistemic)) =
+                (row.get("created").and_then(store::parse_datetime), text("epistemic").and_then(|e| e.parse().ok()))
+            else {
+                continue;
+            };
+            let tenant_wide = text("workspace").is_none() && text("repository").is_none();
+            let card = card::Card {
+                epistemic,
+                source: text("source").unwrap_or_else(|| "agent".to_owned()),
+                created_micros: created_at.timestamp_micros(),
+                branch: if tenant_wide { None } else { text("branch") },
+            };
+            links.entry(id).or_insert_with(|| AtomLinks { tenant, ..AtomLinks::default() }).card = Some(card);
+        }
         let queried_ms = started.elapsed().as_millis() as u64;
         let mut graph = GraphIndex::new();
         for (id, links) in &links {
@@ -678,6 +705,7 @@ pub(crate) fn links_of(atom: &Atom) -> AtomLinks {
         session: atom.session_id.clone(),
         supersedes: atom.supersedes,
         derived_from: atom.derived_from.clone(),
+        card: Some(card::Card::of(atom)),
     }
 }
 

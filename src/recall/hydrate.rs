@@ -1,55 +1,94 @@
-//! Hydration: candidates read from the store best first, confined again
-//! (status and visibility checked against the stored atom), boosted, and
-//! ranked on the boosted score. Bounded: stops once no remaining candidate
-//! could enter the top k even with the largest boost.
+//! Hydration: candidates read from the store, confined again (status and
+//! visibility checked against the stored atom), boosted, and ranked on the
+//! boosted score. Bounded: the graph index's cards give each candidate's
+//! boost before any read, so candidates are read best boosted score first
+//! and the loop stops once no later one can enter the top k (about k
+//! reads); a candidate without a card counts with the largest boost, and
+//! an atom that disagrees with its card makes every later one count so.
 
 use std::collections::HashMap;
 
 use super::{Candidate, Query, RecallConfig, RecallError, RecallRequest};
 use crate::atom::{Atom, AtomId, Epistemic, Status};
+use crate::index::Indexes;
+use crate::index::card::Card;
 use crate::scope::{Scope, Visibility};
 use crate::store::Store;
 
-/// Atoms an embedded store reads per batch (on two threads).
+/// Atoms an embedded store reads per batch after the first k (on two
+/// threads).
 const READ_AHEAD: usize = 16;
+
+/// A candidate on its way to hydration.
+struct Ranked {
+    id: AtomId,
+    candidate: Candidate,
+    /// The boost its card predicts (`None`: no card).
+    predicted: Option<f32>,
+    /// The best boosted score it can have.
+    bound: f32,
+}
 
 /// The best `request.max_results` atoms with their candidates, best first.
 pub(super) fn hydrate(
     candidates: HashMap<AtomId, Candidate>,
     store: &Store,
+    indexes: &Indexes,
     config: &RecallConfig,
     scope: &Scope,
     request: &RecallRequest,
     query: &Query<'_>,
 ) -> Result<Vec<(Atom, Candidate)>, RecallError> {
-    let mut ranked: Vec<(AtomId, Candidate)> = candidates.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     let now = chrono::Utc::now();
-    let mut results: Vec<(Atom, Candidate)> = Vec::new();
-    let max_boost = config.boost_necessary.max(1.0)
+    let max_boost = config.boost_necessary.max(config.boost_possible).max(1.0)
         * config.boost_user.max(1.0)
+        * config.boost_other_branch.max(1.0)
         * (1.0 + config.recency_bonus.max(0.0))
         * config.boost_named_source.max(1.0);
-    let mut kth_best: Vec<f32> = Vec::with_capacity(request.max_results + 1);
-    // A hard cap keeps hydration bounded when many scores are close; the
-    // boosts' effect that far down the list is negligible.
-    let hydrate_cap = (request.max_results * 3).max(30);
+    let mut boosts = Boosts { config, query, now, named: HashMap::new() };
+    let mut ranked: Vec<Ranked> = {
+        let graph = indexes.graph();
+        candidates
+            .into_iter()
+            .map(|(id, candidate)| {
+                let predicted = graph.card(id).map(|card| boosts.of(card, card.on_other_branch(scope)));
+                let bound = candidate.score * predicted.unwrap_or(max_boost);
+                Ranked { id, candidate, predicted, bound }
+            })
+            .collect()
+    };
+    ranked.sort_by(|a, b| b.bound.total_cmp(&a.bound).then(a.id.cmp(&b.id)));
+    // The largest fused score from each position on: what bounds the rest
+    // once a card has been found wrong.
+    let mut best_after = vec![0f32; ranked.len() + 1];
+    for i in (0..ranked.len()).rev() {
+        best_after[i] = best_after[i + 1].max(ranked[i].candidate.score);
+    }
+    let k = request.max_results;
+    let mut results: Vec<(Atom, Candidate)> = Vec::new();
+    let mut kth_best: Vec<f32> = Vec::with_capacity(k + 1);
+    // A hard cap keeps hydration bounded when many scores are close and
+    // the cards are missing; the boosts' effect that far down the list is
+    // negligible.
+    let hydrate_cap = (k * 3).max(30);
     // Atoms are read ahead in batches: a remote store pays per request
     // (every atom that may be hydrated in one), an embedded one reads a
-    // batch on two threads. The loop stops once no later candidate can
-    // enter the top k, so a batch reads little past that.
+    // batch on two threads. With cards the first k are the likely top k:
+    // the first batch is those.
+    let carded = ranked.iter().take(k).all(|r| r.predicted.is_some());
     let batch = if store.is_shared() { hydrate_cap } else { READ_AHEAD };
-    let order: Vec<AtomId> = ranked.iter().map(|(id, _)| *id).collect();
+    let first_batch = if carded { k } else { batch };
+    let order: Vec<AtomId> = ranked.iter().map(|r| r.id).collect();
     let mut read: HashMap<AtomId, Atom> = HashMap::new();
     let mut read_up_to = 0;
-    for (hydrated, (id, mut candidate)) in ranked.into_iter().enumerate() {
-        if kth_best.len() >= request.max_results
-            && (candidate.score * max_boost < kth_best[request.max_results - 1] || hydrated >= hydrate_cap)
-        {
+    let mut cards_hold = true;
+    for (hydrated, Ranked { id, mut candidate, predicted, bound }) in ranked.into_iter().enumerate() {
+        let best_left = if cards_hold { bound } else { best_after[hydrated] * max_boost };
+        if kth_best.len() >= k && (best_left < kth_best[k - 1] || hydrated >= hydrate_cap) {
             break;
         }
         if hydrated >= read_up_to {
-            let end = (read_up_to + batch).min(order.len());
+            let end = (read_up_to + if read_up_to == 0 { first_batch } else { batch }).min(order.len());
             read = crate::store::codec::load_atoms(store, query.tenant, &order[read_up_to..end], false)?;
             read_up_to = end;
         }
@@ -59,41 +98,68 @@ pub(super) fn hydrate(
         if !allowed || visibility == Visibility::Hidden || (request.strict_scope && !scope.holds_exactly(&atom.scope)) {
             continue;
         }
-        let boost = boost(&atom, visibility, config, query, now);
+        let boost = boosts.of(&Card::of(&atom), visibility == Visibility::OtherBranch);
+        if predicted.is_some_and(|p| p != boost) {
+            tracing::warn!(atom = %atom.id, "an atom disagrees with its card in the graph index; ranking the rest without cards");
+            cards_hold = false;
+        }
         candidate.explain.boost = boost;
         // Ranked on the boosted score; shown clamped to 0–1 (clamping
         // before sorting would tie every strong match at 1.0).
         candidate.score = (candidate.score * boost).max(0.0);
         let position = kth_best.partition_point(|s| *s >= candidate.score);
         kth_best.insert(position, candidate.score);
-        kth_best.truncate(request.max_results);
+        kth_best.truncate(k);
         results.push((atom, candidate));
     }
-    tracing::debug!(read = read_up_to, kept = results.len(), "hydrated atoms");
+    tracing::debug!(read = read_up_to, kept = results.len(), cards_hold, "hydrated atoms");
     results.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.id.cmp(&b.0.id)));
-    results.truncate(request.max_results);
+    results.truncate(k);
     Ok(results)
 }
 
-/// The product of the boosts that apply to `atom`.
-fn boost(atom: &Atom, visibility: Visibility, config: &RecallConfig, query: &Query<'_>, now: chrono::DateTime<chrono::Utc>) -> f32 {
-    let mut boost = match atom.epistemic {
-        Epistemic::Necessary => config.boost_necessary,
-        Epistemic::Possible => config.boost_possible,
-        Epistemic::Actual => 1.0,
-    };
-    if atom.source == "user" {
-        boost *= config.boost_user;
+/// The boosts of one query.
+struct Boosts<'a> {
+    config: &'a RecallConfig,
+    query: &'a Query<'a>,
+    now: chrono::DateTime<chrono::Utc>,
+    /// Whether the query names each custom source seen so far (a dialogue's
+    /// few speakers, asked of every candidate).
+    named: HashMap<String, bool>,
+}
+
+impl Boosts<'_> {
+    /// The product of the boosts that apply to an atom with `card`
+    /// (`other_branch`: the reader sees it as written on another branch).
+    fn of(&mut self, card: &Card, other_branch: bool) -> f32 {
+        let config = self.config;
+        let mut boost = match card.epistemic {
+            Epistemic::Necessary => config.boost_necessary,
+            Epistemic::Possible => config.boost_possible,
+            Epistemic::Actual => 1.0,
+        };
+        if card.source == "user" {
+            boost *= config.boost_user;
+        }
+        if other_branch {
+            boost *= config.boost_other_branch;
+        }
+        if config.boost_named_source != 1.0 && self.names(&card.source) {
+            boost *= config.boost_named_source;
+        }
+        let age_days = (self.now - card.created_at()).num_seconds().max(0) as f32 / 86_400.0;
+        boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));
+        boost
     }
-    if visibility == Visibility::OtherBranch {
-        boost *= config.boost_other_branch;
+
+    fn names(&mut self, source: &str) -> bool {
+        if let Some(named) = self.named.get(source) {
+            return *named;
+        }
+        let named = names_source(&self.query.terms, source);
+        self.named.insert(source.to_owned(), named);
+        named
     }
-    if config.boost_named_source != 1.0 && names_source(&query.terms, &atom.source) {
-        boost *= config.boost_named_source;
-    }
-    let age_days = (now - atom.created_at).num_seconds().max(0) as f32 / 86_400.0;
-    boost *= 1.0 + config.recency_bonus * 0.5f32.powf(age_days / config.recency_half_life_days.max(0.01));
-    boost
 }
 
 /// Whether the query names a memory's custom source (a speaker): every term

@@ -208,7 +208,7 @@ pub(crate) fn rank(
     let mut candidates = fuse::fuse(&lists, config, query.terms.len());
     expand::expand(&mut candidates, indexes, config);
     tracing::debug!(candidates = candidates.len(), elapsed_us = started.elapsed().as_micros() as u64, "fused and expanded");
-    let results = hydrate::hydrate(candidates, store, config, scope, request, &query)?;
+    let results = hydrate::hydrate(candidates, store, indexes, config, scope, request, &query)?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
     Ok(results)
 }

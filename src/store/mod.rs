@@ -40,6 +40,7 @@ use crate::atom::AtomId;
 use crate::vocab::{STORE_NODE, SYSTEM_GRAPH, hmg};
 use backend::{Backend, ChangeSet, Committed, Guard};
 
+pub(crate) use audit::parse_datetime;
 pub(crate) use embedded::ReadSnapshot;
 pub(crate) use queries::NamedQuery;
 pub use remote::RemoteConfig;

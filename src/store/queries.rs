@@ -64,6 +64,8 @@ named_queries! {
     ChangesSince => "changes_since",
     /// Graph index links (maintenance, all graphs).
     GraphLinks => "graph_links",
+    /// Every atom's card: what recall boosts it by (maintenance, all graphs).
+    AtomCards => "atom_cards",
 }
 
 #[cfg(test)]

@@ -161,6 +161,26 @@ fn check(query: NamedQuery, fixture: &Fixture) {
             expected.sort();
             assert_eq!(links, expected);
         }
+        NamedQuery::AtomCards => {
+            let rows = s.select_all_graphs(query, &[]).unwrap();
+            let mut atoms = column(&rows, "atom");
+            atoms.sort();
+            assert_eq!(atoms, [atom(a), atom(b), atom(lesson)]);
+            let ids = [id(a), id(b), id(lesson)];
+            let stored = crate::store::codec::load_atoms(s, "alice", &ids, false).unwrap();
+            for row in &rows {
+                let text = |n: &str| match row.get(n) {
+                    Some(Term::Literal(x)) => x.value().to_owned(),
+                    _ => String::new(),
+                };
+                let stored = &stored[&row.get("atom").and_then(store::atom_id_of).unwrap()];
+                assert_eq!(text("epistemic"), stored.epistemic.as_str());
+                assert_eq!(text("source"), stored.source);
+                assert_eq!(row.get("created").and_then(store::parse_datetime), Some(stored.created_at));
+                assert_eq!((text("workspace"), text("repository"), text("branch")), ("acme".into(), "hmg".into(), "main".into()));
+            }
+            assert_eq!(column(&rows, "epistemic").iter().filter(|e| *e == "necessary").count(), 1, "the lesson is a constraint");
+        }
         NamedQuery::Stats => {
             let rows = s.select(query, "alice", &[]).unwrap();
             assert_eq!(column(&rows, "atoms"), ["3"]);
