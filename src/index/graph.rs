@@ -336,7 +336,9 @@ impl GraphIndex {
             let other = if edge.source() == atom { edge.target() } else { edge.source() };
             match (edge.weight(), self.graph.node_weight(other)) {
                 (Link::Mentions, Some(Node::Entity(_, key))) => {
-                    let degree = self.graph.edges(other).count();
+                    // Counted only as far as the cap: a common name's node
+                    // has thousands of edges, walked for every seed.
+                    let degree = self.graph.edges(other).take(max_entity_degree.saturating_add(1)).count();
                     if degree <= 1 || degree > max_entity_degree {
                         continue;
                     }
