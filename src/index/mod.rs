@@ -631,25 +631,7 @@ impl Indexes {
                 _ => {}
             }
         }
-        for row in store.select_all_graphs(NamedQuery::AtomCards, &[])? {
-            let (Some(Term::NamedNode(graph)), Some(id)) = (row.get("g"), row.get("atom").and_then(store::atom_id_of)) else { continue };
-            let Some(tenant) = store::tenant_of_graph(graph.as_str()) else { continue };
-            let text = |name: &str| match row.get(name) {
-                Some(Term::Literal(l)) => Some(l.value().to_owned()),
-                _ => None,
-            };
-            let (Some(created_at), Some(epistemic)) =
-                (row.get("created").and_then(store::parse_datetime), text("epistemic").and_then(|e| e.parse().ok()))
-            else {
-                continue;
-            };
-            let tenant_wide = text("workspace").is_none() && text("repository").is_none();
-            let card = card::Card {
-                epistemic,
-                source: text("source").unwrap_or_else(|| "agent".to_owned()),
-                created_micros: created_at.timestamp_micros(),
-                branch: if tenant_wide { None } else { text("branch") },
-            };
+        for (id, tenant, card) in cards_from_store(store)? {
             links.entry(id).or_insert_with(|| AtomLinks { tenant, ..AtomLinks::default() }).card = Some(card);
         }
         let queried_ms = started.elapsed().as_millis() as u64;
@@ -688,6 +670,68 @@ impl Indexes {
         let Some(path) = &self.graph_path else { return Ok(()) };
         self.graph_mut().save(path).map_err(|source| IndexError::Io { path: path.clone(), source })
     }
+}
+
+/// Every atom's card in the store, with its tenant, from the fields
+/// `queries/atom_cards.rq` lists (one row per field), joined here.
+fn cards_from_store(store: &Store) -> Result<Vec<(AtomId, String, card::Card)>, IndexError> {
+    /// What the rows say of one subject (an atom, or a scope).
+    #[derive(Default)]
+    struct Fields {
+        created: Option<chrono::DateTime<chrono::Utc>>,
+        epistemic: Option<crate::atom::Epistemic>,
+        source: Option<String>,
+        scope: Option<String>,
+        workspace: Option<String>,
+        repository: Option<String>,
+        branch: Option<String>,
+    }
+    let mut subjects: HashMap<(String, String), Fields> = HashMap::new();
+    for row in store.select_all_graphs(NamedQuery::AtomCards, &[])? {
+        let (Some(Term::NamedNode(graph)), Some(Term::NamedNode(subject)), Some(Term::Literal(field)), Some(value)) =
+            (row.get("g"), row.get("subject"), row.get("field"), row.get("value"))
+        else {
+            continue;
+        };
+        let text = match value {
+            Term::Literal(l) => l.value().to_owned(),
+            Term::NamedNode(n) => n.as_str().to_owned(),
+            _ => continue,
+        };
+        let fields = subjects.entry((graph.as_str().to_owned(), subject.as_str().to_owned())).or_default();
+        match field.value() {
+            "created" => fields.created = store::parse_datetime(value),
+            "epistemic" => fields.epistemic = text.parse().ok(),
+            "source" => fields.source = Some(text),
+            "scope" => fields.scope = Some(text),
+            "workspace" => fields.workspace = Some(text),
+            "repository" => fields.repository = Some(text),
+            "branch" => fields.branch = Some(text),
+            _ => {}
+        }
+    }
+    let mut cards = Vec::new();
+    for ((graph, subject), fields) in &subjects {
+        let (Some(id), Some(tenant)) = (store::atom_id_of_iri(subject), store::tenant_of_graph(graph)) else { continue };
+        let (Some(created), Some(epistemic), Some(scope)) = (fields.created, fields.epistemic, &fields.scope) else { continue };
+        // The scope as the store's reader makes it (`Scope::tenant`, then
+        // its node's fields): tenant-wide without workspace and repository.
+        let scope = subjects.get(&(graph.clone(), scope.clone()));
+        let (workspace, repository, branch) =
+            scope.map_or((None, None, None), |s| (s.workspace.as_ref(), s.repository.as_ref(), s.branch.clone()));
+        let tenant_wide = workspace.is_none() && repository.is_none();
+        cards.push((
+            id,
+            tenant,
+            card::Card {
+                epistemic,
+                source: fields.source.clone().unwrap_or_else(|| "agent".to_owned()),
+                created_micros: created.timestamp_micros(),
+                branch: if tenant_wide { None } else { branch },
+            },
+        ));
+    }
+    Ok(cards)
 }
 
 /// An atom's graph links; entity keys are the entity IRIs.

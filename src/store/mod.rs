@@ -680,9 +680,14 @@ pub(crate) fn atom_iri(id: AtomId) -> NamedNode {
 /// The atom id of an atom IRI.
 pub(crate) fn atom_id_of(term: &Term) -> Option<AtomId> {
     match term {
-        Term::NamedNode(node) => node.as_str().strip_prefix("urn:hmg:atom:").and_then(|id| id.parse().ok()),
+        Term::NamedNode(node) => atom_id_of_iri(node.as_str()),
         _ => None,
     }
+}
+
+/// The atom an IRI names, if it names one.
+pub(crate) fn atom_id_of_iri(iri: &str) -> Option<AtomId> {
+    iri.strip_prefix("urn:hmg:atom:").and_then(|id| id.parse().ok())
 }
 
 /// The IRI of an audit entry.

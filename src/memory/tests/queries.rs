@@ -163,23 +163,45 @@ fn check(query: NamedQuery, fixture: &Fixture) {
         }
         NamedQuery::AtomCards => {
             let rows = s.select_all_graphs(query, &[]).unwrap();
-            let mut atoms = column(&rows, "atom");
-            atoms.sort();
-            assert_eq!(atoms, [atom(a), atom(b), atom(lesson)]);
+            let text = |row: &QuerySolution, n: &str| match row.get(n) {
+                Some(Term::Literal(x)) => x.value().to_owned(),
+                Some(Term::NamedNode(x)) => x.as_str().to_owned(),
+                _ => String::new(),
+            };
             let ids = [id(a), id(b), id(lesson)];
             let stored = crate::store::codec::load_atoms(s, "alice", &ids, false).unwrap();
-            for row in &rows {
-                let text = |n: &str| match row.get(n) {
-                    Some(Term::Literal(x)) => x.value().to_owned(),
-                    _ => String::new(),
-                };
-                let stored = &stored[&row.get("atom").and_then(store::atom_id_of).unwrap()];
-                assert_eq!(text("epistemic"), stored.epistemic.as_str());
-                assert_eq!(text("source"), stored.source);
-                assert_eq!(row.get("created").and_then(store::parse_datetime), Some(stored.created_at));
-                assert_eq!((text("workspace"), text("repository"), text("branch")), ("acme".into(), "hmg".into(), "main".into()));
+            for x in &ids {
+                let iri = store::atom_iri(*x).into_string();
+                let atom = &stored[x];
+                let rows_of = rows.iter().filter(|r| text(r, "subject") == iri);
+                let created: Vec<_> = rows_of
+                    .clone()
+                    .filter(|r| text(r, "field") == "created")
+                    .map(|r| r.get("value").and_then(store::parse_datetime))
+                    .collect();
+                assert_eq!(created, [Some(atom.created_at)]);
+                let mut fields: Vec<(String, String)> =
+                    rows_of.filter(|r| text(r, "field") != "created").map(|r| (text(r, "field"), text(r, "value"))).collect();
+                fields.sort();
+                let scope = fields.iter().find(|(f, _)| f == "scope").map(|(_, v)| v.clone()).unwrap_or_default();
+                assert_eq!(
+                    fields,
+                    [
+                        ("epistemic".to_owned(), atom.epistemic.as_str().to_owned()),
+                        ("scope".to_owned(), scope.clone()),
+                        ("source".to_owned(), atom.source.clone()),
+                    ]
+                );
+                let mut scope_fields: Vec<(String, String)> =
+                    rows.iter().filter(|r| text(r, "subject") == scope).map(|r| (text(r, "field"), text(r, "value"))).collect();
+                scope_fields.sort();
+                assert_eq!(
+                    scope_fields,
+                    [("branch".into(), "main".into()), ("repository".into(), "hmg".into()), ("workspace".into(), "acme".into())]
+                );
             }
-            assert_eq!(column(&rows, "epistemic").iter().filter(|e| *e == "necessary").count(), 1, "the lesson is a constraint");
+            let epistemic: Vec<String> = rows.iter().filter(|r| text(r, "field") == "epistemic").map(|r| text(r, "value")).collect();
+            assert_eq!(epistemic.iter().filter(|e| *e == "necessary").count(), 1, "the lesson is a constraint");
         }
         NamedQuery::Stats => {
             let rows = s.select(query, "alice", &[]).unwrap();
