@@ -118,38 +118,18 @@ mod tests {
     }
 
     #[test]
-    fn only_a_repository_atom_on_another_branch_is_on_another_branch() {
-        let atom_on = |scope: Scope| {
-            Card::of(&Atom {
-                id: crate::atom::AtomId::generate(),
-                content: Some("x".into()),
-                kind: crate::atom::Kind::Fact,
-                source: "user".into(),
-                scope,
-                epistemic: Epistemic::Actual,
-                polarity: crate::atom::Polarity::Affirmative,
-                status: crate::atom::Status::Active,
-                created_at: chrono::Utc::now(),
-                language: "en".into(),
-                importance: 0.5,
-                entities: Vec::new(),
-                supersedes: None,
-                derived_from: Vec::new(),
-                session_id: None,
-                expires_at: None,
-                last_recalled_at: None,
-                recall_count: 0,
-                last_decayed_at: None,
-            })
+    fn only_an_atom_on_another_branch_is_on_another_branch() {
+        let on = |branch: Option<&str>| Card {
+            epistemic: Epistemic::Actual,
+            source: "user".into(),
+            created_micros: 0,
+            branch: branch.map(str::to_owned),
         };
         let repo = || Scope::tenant("t").with_workspace("acme").with_repository("hmg");
         let main = repo().with_branch("main");
-        assert!(atom_on(repo().with_branch("dev")).on_other_branch(&main));
-        assert!(!atom_on(repo().with_branch("main")).on_other_branch(&main));
-        assert!(!atom_on(repo()).on_other_branch(&main), "an atom without a branch");
-        assert!(!atom_on(repo().with_branch("dev")).on_other_branch(&repo()), "a reader without a branch");
-        let mut tenant_wide = Scope::tenant("t");
-        tenant_wide.branch = Some("dev".into());
-        assert!(!atom_on(tenant_wide).on_other_branch(&main), "a tenant-wide atom is on every branch");
+        assert!(on(Some("dev")).on_other_branch(&main));
+        assert!(!on(Some("main")).on_other_branch(&main));
+        assert!(!on(None).on_other_branch(&main), "an atom without a branch, or tenant-wide");
+        assert!(!on(Some("dev")).on_other_branch(&repo()), "a reader without a branch");
     }
 }

@@ -96,6 +96,10 @@ fn cards_are_saved_and_built_again_from_the_store() {
         memory.indexes().graph().cards()
     };
     assert_eq!(cards.len(), MEMORIES as usize);
+    // Every fourth memory is tenant-wide (no branch on its card, whatever
+    // the reader's), one in four is on dev, the rest on main.
+    let branches = |branch: Option<&str>| cards.values().flatten().filter(|c| c.branch.as_deref() == branch).count();
+    assert_eq!((branches(None), branches(Some("dev")), branches(Some("main"))), (7, 7, 14));
     {
         let memory = open(dir.path());
         assert_eq!(memory.indexes().graph().cards(), cards, "read back from graph.bin");
