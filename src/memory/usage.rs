@@ -54,12 +54,19 @@ impl Usage {
     pub(super) fn new() -> Usage {
         Usage { pending: HashMap::new(), since: std::time::Instant::now(), parked: HashMap::new() }
     }
+
+    fn is_due(&self) -> bool {
+        !self.pending.is_empty() && (self.pending.len() >= USAGE_BATCH || self.since.elapsed() >= USAGE_MAX_AGE)
+    }
 }
 
 /// Pending usage stamps written once there are this many…
 const USAGE_BATCH: usize = 256;
 /// …or once the oldest is this old.
 const USAGE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+/// A deferring process commits in the recall itself once this many batches
+/// are pending (its caller did not commit them).
+const OVERDUE_BATCHES: usize = 4;
 /// A journal larger than this is not one this module wrote (256 lines of
 /// well under 200 bytes): set aside unread.
 const JOURNAL_MAX_BYTES: u64 = 1 << 20;
@@ -109,7 +116,7 @@ impl Memory {
     /// `recallCount` + 1, written in batches (see [`USAGE_BATCH`]).
     pub(crate) fn record_recalls(&self, tenant: &str, ids: &[AtomId]) -> Result<()> {
         let now = Memory::now();
-        let due = {
+        let (due, overdue) = {
             let mut usage = self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if usage.pending.is_empty() {
                 usage.since = std::time::Instant::now();
@@ -117,11 +124,30 @@ impl Memory {
             for id in ids {
                 add(&mut usage.pending, tenant, *id, now, 1);
             }
-            usage.pending.len() >= USAGE_BATCH || usage.since.elapsed() >= USAGE_MAX_AGE
+            (usage.is_due(), usage.pending.len() >= OVERDUE_BATCHES * USAGE_BATCH)
         };
         // A parking process keeps its stamps for the journal (or commits
-        // them at exit, once there are a batch).
-        if due && !self.park_usage { self.flush_usage() } else { Ok(()) }
+        // them at exit, once there are a batch); a deferring one (a server)
+        // commits them after answering, unless its caller never does.
+        if due && !self.park_usage && (!self.defer_usage || overdue) { self.flush_usage() } else { Ok(()) }
+    }
+
+    /// Whether usage stamps are due for a commit.
+    pub(crate) fn usage_due(&self) -> bool {
+        !self.park_usage && self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_due()
+    }
+
+    /// Commits the usage stamps if they are due and no other thread is
+    /// committing them: what a deferring server calls after answering a
+    /// call ([`crate::MemoryOptions::defer_usage`]).
+    pub fn flush_usage_if_due(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if !self.usage_due() || self.usage_flushing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let flushed = self.flush_usage();
+        self.usage_flushing.store(false, Ordering::Release);
+        flushed
     }
 
     /// Takes in the stamps a one-shot process parked (at open): a parking

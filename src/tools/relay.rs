@@ -183,7 +183,9 @@ impl SharedMemory {
         let deadline = Instant::now() + TAKEOVER_DEADLINE;
         loop {
             if let Some(memory) = self.local() {
-                return call.run(&memory, caller);
+                let answer = call.run(&memory, caller);
+                commit_usage_after(&memory);
+                return answer;
             }
             match relay(&socket_path(&self.dir), &call, caller) {
                 Ok(response) => return response,
@@ -279,5 +281,29 @@ fn answer(stream: UnixStream, memory: &Memory) -> std::io::Result<()> {
     out.push(b'\n');
     let mut stream = stream;
     stream.write_all(&out)?;
-    stream.flush()
+    let sent = stream.flush();
+    // Answered: the usage stamps this call made due are committed now, on
+    // this connection's own thread.
+    if let Err(error) = memory.flush_usage_if_due() {
+        tracing::warn!(%error, "could not record recall usage");
+    }
+    sent
+}
+
+/// Commits the recall usage a call made due on a thread of its own, so the
+/// call's answer does not wait for it (a server opens the memory with
+/// [`MemoryOptions::defer_usage`]).
+fn commit_usage_after(memory: &Arc<Memory>) {
+    if !memory.usage_due() {
+        return;
+    }
+    let memory = Arc::clone(memory);
+    let spawned = std::thread::Builder::new().name("hmg-usage".to_owned()).spawn(move || {
+        if let Err(error) = memory.flush_usage_if_due() {
+            tracing::warn!(%error, "could not record recall usage");
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "no thread to record recall usage on; it is recorded by a later recall");
+    }
 }

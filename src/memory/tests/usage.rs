@@ -147,3 +147,59 @@ fn a_damaged_journal_is_set_aside_and_the_store_opens() {
     assert!(!journal(dir.path()).exists());
     assert_eq!(usage_of(&memory, &pg), (0, None));
 }
+
+/// A server's memory (`defer_usage`) leaves due stamps to its caller, who
+/// commits them after answering; stamps four batches past due are committed
+/// in the recall all the same, and none is lost.
+#[test]
+fn a_deferring_memory_leaves_due_stamps_to_its_caller_and_loses_none() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = caller("acme/api");
+    let memory =
+        Memory::open_with(Some(dir.path()), MemoryOptions::default().with_embedder(EmbedderChoice::Disabled).with_defer_usage(true))
+            .expect("store opens");
+    // Groups of ten memories sharing one rare word: a recall of the word
+    // stamps its ten (a batch is 256 distinct atoms).
+    let word = |g: usize| format!("zq{g:03}x");
+    let mut ids = Vec::new();
+    for g in 0..104 {
+        for i in 0..10 {
+            ids.push(remember(&memory, &c, &format!("Deploy step {i} of pipeline {} waits for the queue", word(g))));
+        }
+    }
+    let recall = |g: usize| {
+        let found = memory.recall(&c, RecallRequest::new(word(g))).expect("recall");
+        assert_eq!(found.atoms.len(), 10, "{}", word(g));
+    };
+    let recalled = |memory: &Memory| -> u64 { ids.iter().map(|id| usage_of(memory, id).0).sum() };
+    // 26 groups: 260 atoms stamped, past a batch, none committed.
+    let before = memory.snapshot_version().expect("version");
+    for g in 0..26 {
+        recall(g);
+    }
+    assert!(memory.usage_due());
+    assert_eq!(memory.snapshot_version().expect("version"), before, "the recall did not commit the stamps");
+    memory.flush_usage_if_due().expect("commit");
+    assert_eq!(memory.snapshot_version().expect("version"), before + 1, "the caller's commit is one write");
+    assert!(!memory.usage_due());
+    assert_eq!(recalled(&memory), 260, "every stamp counted once");
+    memory.flush_usage_if_due().expect("nothing due is a no-op");
+    assert_eq!(memory.snapshot_version().expect("version"), before + 1);
+
+    // A caller that never commits: the recall commits once four batches
+    // (1,024 atoms) are pending.
+    for g in 0..102 {
+        recall(g % 104);
+    }
+    assert_eq!(memory.snapshot_version().expect("version"), before + 1, "1,020 atoms: still left to the caller");
+    recall(102);
+    recall(103);
+    assert_eq!(memory.snapshot_version().expect("version"), before + 2, "1,030: committed in the recall");
+    // Reads count stamps not yet committed too: every recall, once.
+    assert_eq!(recalled(&memory), 260 + 1_040);
+    memory.flush().expect("flush");
+    assert_eq!(memory.snapshot_version().expect("version"), before + 3, "the last ten at the flush");
+    drop(memory);
+    let memory = open(dir.path(), false);
+    assert_eq!(recalled(&memory), 260 + 1_040, "all of them stored");
+}

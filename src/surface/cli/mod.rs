@@ -204,7 +204,9 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     // One-shot reads park their recall usage rather than commit it at exit
     // (a cold `hmg recall` at 10k memories: 189 → 153 ms; see memory/usage.rs).
     let park_usage = matches!(cli.command, Command::Recall { .. } | Command::Hook { command: HookCommand::SessionStart });
-    let options = memory_options(&cli)?.with_warm_up(embeds).with_park_usage(park_usage);
+    // Servers commit due usage stamps after answering (see `tools::relay`).
+    let defer_usage = matches!(cli.command, Command::Mcp | Command::Serve { .. });
+    let options = memory_options(&cli)?.with_warm_up(embeds).with_park_usage(park_usage).with_defer_usage(defer_usage);
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
         return serve(cli, options, out);
     }

@@ -661,14 +661,32 @@ pub(crate) async fn serve(
         cancel.cancelled().await;
         tokio::time::sleep(grace).await;
     };
+    let usage = tokio::spawn(commit_usage(Arc::clone(&shared)));
     tokio::select! {
         result = server => result.map_err(io)?,
         () = deadline => tracing::warn!(grace_s = grace.as_secs(), "shutdown grace period over; leaving the requests still in flight unanswered"),
     }
+    usage.abort();
     if let Err(error) = shared.flush() {
         tracing::warn!(%error, "flushing the store at shutdown failed");
     }
     Ok(())
+}
+
+/// Commits due recall usage once a second, off every answer: REST and
+/// GraphQL recalls reach the memory directly, and the server's memory
+/// leaves due stamps to its caller (`MemoryOptions::defer_usage`; MCP calls
+/// commit them after answering, in `tools::relay`).
+async fn commit_usage(shared: Arc<SharedMemory>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(memory) = shared.local().filter(|memory| memory.usage_due()) else { continue };
+        let committed = tokio::task::spawn_blocking(move || memory.flush_usage_if_due()).await;
+        if let Ok(Err(error)) = committed {
+            tracing::warn!(%error, "could not record recall usage");
+        }
+    }
 }
 
 async fn shutdown_signal() {
