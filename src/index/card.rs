@@ -28,11 +28,17 @@ pub(crate) struct Card {
 impl Card {
     /// The card of a stored atom.
     pub(crate) fn of(atom: &Atom) -> Card {
+        Card::new(atom.epistemic, atom.source.clone(), atom.created_at, &atom.scope)
+    }
+
+    /// The card of an atom with these fields, written in `scope` (a
+    /// tenant-wide atom's card has no branch: it is on every branch).
+    pub(crate) fn new(epistemic: Epistemic, source: String, created_at: chrono::DateTime<chrono::Utc>, scope: &Scope) -> Card {
         Card {
-            epistemic: atom.epistemic,
-            source: atom.source.clone(),
-            created_micros: atom.created_at.timestamp_micros(),
-            branch: if atom.scope.is_tenant_wide() { None } else { atom.scope.branch.clone() },
+            epistemic,
+            source,
+            created_micros: created_at.timestamp_micros(),
+            branch: if scope.is_tenant_wide() { None } else { scope.branch.clone() },
         }
     }
 

@@ -714,22 +714,16 @@ fn cards_from_store(store: &Store) -> Result<Vec<(AtomId, String, card::Card)>, 
     for ((graph, subject), fields) in &subjects {
         let (Some(id), Some(tenant)) = (store::atom_id_of_iri(subject), store::tenant_of_graph(graph)) else { continue };
         let (Some(created), Some(epistemic), Some(scope)) = (fields.created, fields.epistemic, &fields.scope) else { continue };
-        // The scope as the store's reader makes it (`Scope::tenant`, then
-        // its node's fields): tenant-wide without workspace and repository.
-        let scope = subjects.get(&(graph.clone(), scope.clone()));
-        let (workspace, repository, branch) =
-            scope.map_or((None, None, None), |s| (s.workspace.as_ref(), s.repository.as_ref(), s.branch.clone()));
-        let tenant_wide = workspace.is_none() && repository.is_none();
-        cards.push((
-            id,
-            tenant,
-            card::Card {
-                epistemic,
-                source: fields.source.clone().unwrap_or_else(|| "agent".to_owned()),
-                created_micros: created.timestamp_micros(),
-                branch: if tenant_wide { None } else { branch },
-            },
-        ));
+        // The scope as the store's reader makes it: the tenant, then its
+        // node's fields.
+        let mut scope_of = crate::scope::Scope::tenant(&tenant);
+        if let Some(node) = subjects.get(&(graph.clone(), scope.clone())) {
+            scope_of.workspace = node.workspace.clone();
+            scope_of.repository = node.repository.clone();
+            scope_of.branch = node.branch.clone();
+        }
+        let source = fields.source.clone().unwrap_or_else(|| "agent".to_owned());
+        cards.push((id, tenant, card::Card::new(epistemic, source, created, &scope_of)));
     }
     Ok(cards)
 }
