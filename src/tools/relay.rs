@@ -284,10 +284,16 @@ fn answer(stream: UnixStream, memory: &Memory) -> std::io::Result<()> {
     let sent = stream.flush();
     // Answered: the usage stamps this call made due are committed now, on
     // this connection's own thread.
+    commit_due_usage(memory);
+    sent
+}
+
+/// Commits due recall usage (a deferring server's memory, after an
+/// answer); a failure is logged, as a recall logs its own.
+pub(crate) fn commit_due_usage(memory: &Memory) {
     if let Err(error) = memory.flush_usage_if_due() {
         tracing::warn!(%error, "could not record recall usage");
     }
-    sent
 }
 
 /// Commits the recall usage a call made due on a thread of its own, so the
@@ -298,11 +304,7 @@ fn commit_usage_after(memory: &Arc<Memory>) {
         return;
     }
     let memory = Arc::clone(memory);
-    let spawned = std::thread::Builder::new().name("hmg-usage".to_owned()).spawn(move || {
-        if let Err(error) = memory.flush_usage_if_due() {
-            tracing::warn!(%error, "could not record recall usage");
-        }
-    });
+    let spawned = std::thread::Builder::new().name("hmg-usage".to_owned()).spawn(move || commit_due_usage(&memory));
     if let Err(error) = spawned {
         tracing::warn!(%error, "no thread to record recall usage on; it is recorded by a later recall");
     }

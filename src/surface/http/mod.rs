@@ -682,10 +682,7 @@ async fn commit_usage(shared: Arc<SharedMemory>) {
     loop {
         tick.tick().await;
         let Some(memory) = shared.local().filter(|memory| memory.usage_due()) else { continue };
-        let committed = tokio::task::spawn_blocking(move || memory.flush_usage_if_due()).await;
-        if let Ok(Err(error)) = committed {
-            tracing::warn!(%error, "could not record recall usage");
-        }
+        let _ = tokio::task::spawn_blocking(move || crate::tools::relay::commit_due_usage(&memory)).await;
     }
 }
 
