@@ -119,6 +119,14 @@ pub(crate) struct StartedQueries {
     pending: Option<embed::Pending<Vec<f32>>>,
 }
 
+impl StartedQueries {
+    /// Whether the vectors are all there ([`Semantic::finish_queries`]
+    /// would not wait).
+    pub(crate) fn is_ready(&mut self) -> bool {
+        self.pending.as_mut().is_none_or(embed::Pending::is_ready)
+    }
+}
+
 /// Query vectors kept per model.
 const QUERY_CACHE_ENTRIES: usize = 512;
 

@@ -37,8 +37,15 @@ fn understands(semantic: &Semantic, language: &str) -> bool {
 /// (the cost each had lately) and searches each model's vectors as soon as
 /// its vector is there, while the slower ones still embed; the keyword and
 /// entity lists come just before the wait for the last model, on the core
-/// the faster models have left.
-pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> Result<Lists, RecallError> {
+/// the faster models have left. When that model is still embedding after
+/// them, `while_waiting` gets the lists so far and a check of whether the
+/// last vector is there, to use the idle core until it is.
+pub(super) fn gather(
+    indexes: &Indexes,
+    config: &RecallConfig,
+    query: &Query<'_>,
+    while_waiting: &mut dyn FnMut(&Lists, &mut dyn FnMut() -> bool),
+) -> Result<Lists, RecallError> {
     let parts = query_parts(query.text, query.terms.len(), config);
     let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
     // The whole query and its parts in one call per model: one forward
@@ -60,7 +67,25 @@ pub(super) fn gather(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>
     let mut lexical = None;
     for (n, &i) in order.iter().enumerate() {
         if n + 1 == order.len() {
-            lexical = Some(lexical_lists(indexes, config, query)?);
+            let (keyword, entity) = lexical_lists(indexes, config, query)?;
+            // Only when a faster model answered first: a lone model embeds
+            // on every core, and this thread would take one from it.
+            if n >= 1
+                && let Some(Ok(last)) = started[i].as_mut()
+                && !last.is_ready()
+            {
+                let so_far = Lists {
+                    keyword,
+                    semantic: semantic.iter().flatten().cloned().collect(),
+                    segment: average(per_part.iter().flatten().cloned().collect()),
+                    entity,
+                    parts: parts.len(),
+                };
+                while_waiting(&so_far, &mut || last.is_ready());
+                lexical = Some((so_far.keyword, so_far.entity));
+            } else {
+                lexical = Some((keyword, entity));
+            }
         }
         let s = models[i];
         let Some(pending) = started[i].take() else { continue };

@@ -19,6 +19,17 @@ use crate::store::Store;
 /// threads).
 const READ_AHEAD: usize = 16;
 
+/// What one recall reads from and for whom.
+#[derive(Clone, Copy)]
+pub(super) struct Recall<'a> {
+    pub(super) store: &'a Store,
+    pub(super) indexes: &'a Indexes,
+    pub(super) config: &'a RecallConfig,
+    pub(super) scope: &'a Scope,
+    pub(super) request: &'a RecallRequest,
+    pub(super) query: &'a Query<'a>,
+}
+
 /// A candidate on its way to hydration.
 struct Ranked {
     id: AtomId,
@@ -29,35 +40,77 @@ struct Ranked {
     bound: f32,
 }
 
-/// The best `request.max_results` atoms with their candidates, best first.
-pub(super) fn hydrate(
+/// Candidates in the order hydration reads them: best boosted score (as
+/// their cards predict) first.
+fn ranked(
     candidates: HashMap<AtomId, Candidate>,
-    store: &Store,
     indexes: &Indexes,
-    config: &RecallConfig,
+    boosts: &mut Boosts<'_>,
+    max_boost: f32,
     scope: &Scope,
-    request: &RecallRequest,
-    query: &Query<'_>,
-) -> Result<Vec<(Atom, Candidate)>, RecallError> {
-    let now = chrono::Utc::now();
-    let max_boost = config.boost_necessary.max(config.boost_possible).max(1.0)
+) -> Vec<Ranked> {
+    let graph = indexes.graph();
+    let mut ranked: Vec<Ranked> = candidates
+        .into_iter()
+        .map(|(id, candidate)| {
+            let predicted = graph.card(id).map(|card| boosts.of(card, card.on_other_branch(scope)));
+            let bound = candidate.score * predicted.unwrap_or(max_boost);
+            Ranked { id, candidate, predicted, bound }
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.bound.total_cmp(&a.bound).then(a.id.cmp(&b.id)));
+    ranked
+}
+
+/// The largest boost any atom can get.
+fn max_boost(config: &RecallConfig) -> f32 {
+    config.boost_necessary.max(config.boost_possible).max(1.0)
         * config.boost_user.max(1.0)
         * config.boost_other_branch.max(1.0)
         * (1.0 + config.recency_bonus.max(0.0))
-        * config.boost_named_source.max(1.0);
-    let mut boosts = Boosts { config, query, now, named: HashMap::new() };
-    let mut ranked: Vec<Ranked> = {
-        let graph = indexes.graph();
-        candidates
-            .into_iter()
-            .map(|(id, candidate)| {
-                let predicted = graph.card(id).map(|card| boosts.of(card, card.on_other_branch(scope)));
-                let bound = candidate.score * predicted.unwrap_or(max_boost);
-                Ranked { id, candidate, predicted, bound }
-            })
-            .collect()
-    };
-    ranked.sort_by(|a, b| b.bound.total_cmp(&a.bound).then(a.id.cmp(&b.id)));
+        * config.boost_named_source.max(1.0)
+}
+
+/// Reads ahead, one at a time and best first, the atoms that would be the
+/// top `request.max_results` of `guess` (candidates fused from the lists
+/// a recall has so far) until `done` says the rest of the lists are there.
+/// A recall does this on the core the faster model has left while the
+/// slower one still embeds the query: the guess shares most of its top k
+/// with the final ranking, so most of hydration's reads are done by the
+/// time it starts. What is read is only a cache for [`hydrate`], which
+/// checks every atom as it would a fresh read. An embedded store only (a
+/// remote one pays per request, and a request cannot be cut short).
+pub(super) fn read_ahead(guess: HashMap<AtomId, Candidate>, at: &Recall<'_>, done: &mut dyn FnMut() -> bool) -> HashMap<AtomId, Atom> {
+    let Recall { store, indexes, config, scope, request, query } = *at;
+    let mut read = HashMap::new();
+    if store.is_shared() {
+        return read;
+    }
+    let mut boosts = Boosts { config, query, now: chrono::Utc::now(), named: HashMap::new() };
+    for Ranked { id, .. } in ranked(guess, indexes, &mut boosts, max_boost(config), scope).into_iter().take(request.max_results) {
+        if done() {
+            break;
+        }
+        // A failed read here is not an error: hydration reads it again.
+        if let Ok(atoms) = crate::store::codec::load_atoms(store, query.tenant, &[id], false) {
+            read.extend(atoms);
+        }
+    }
+    tracing::debug!(read = read.len(), "read ahead while the last model embedded");
+    read
+}
+
+/// The best `request.max_results` atoms with their candidates, best first.
+/// `already_read`: atoms read for this recall ahead of it ([`read_ahead`]).
+pub(super) fn hydrate(
+    candidates: HashMap<AtomId, Candidate>,
+    already_read: HashMap<AtomId, Atom>,
+    at: &Recall<'_>,
+) -> Result<Vec<(Atom, Candidate)>, RecallError> {
+    let Recall { store, indexes, config, scope, request, query } = *at;
+    let max_boost = max_boost(config);
+    let mut boosts = Boosts { config, query, now: chrono::Utc::now(), named: HashMap::new() };
+    let ranked = ranked(candidates, indexes, &mut boosts, max_boost, scope);
     // The largest fused score from each position on: what bounds the rest
     // once a card has been found wrong.
     let mut best_after = vec![0f32; ranked.len() + 1];
@@ -79,7 +132,7 @@ pub(super) fn hydrate(
     let batch = if store.is_shared() { hydrate_cap } else { READ_AHEAD };
     let first_batch = if carded { k } else { batch };
     let order: Vec<AtomId> = ranked.iter().map(|r| r.id).collect();
-    let mut read: HashMap<AtomId, Atom> = HashMap::new();
+    let mut read: HashMap<AtomId, Atom> = already_read;
     let mut read_up_to = 0;
     let mut cards_hold = true;
     for (hydrated, Ranked { id, mut candidate, predicted, bound }) in ranked.into_iter().enumerate() {
@@ -89,7 +142,10 @@ pub(super) fn hydrate(
         }
         if hydrated >= read_up_to {
             let end = (read_up_to + if read_up_to == 0 { first_batch } else { batch }).min(order.len());
-            read = crate::store::codec::load_atoms(store, query.tenant, &order[read_up_to..end], false)?;
+            let missing: Vec<AtomId> = order[read_up_to..end].iter().filter(|id| !read.contains_key(id)).copied().collect();
+            if !missing.is_empty() {
+                read.extend(crate::store::codec::load_atoms(store, query.tenant, &missing, false)?);
+            }
             read_up_to = end;
         }
         let Some(atom) = read.remove(&id) else { continue };

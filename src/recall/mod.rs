@@ -162,15 +162,8 @@ fn invalid(field: &'static str, message: impl Into<String>) -> RecallError {
     RecallError::Invalid { field, message: message.into() }
 }
 
-/// Ranks the atoms that answer `request` for a caller in `scope` (already
-/// normalized): the best `max_results`, best first.
-pub(crate) fn rank(
-    store: &Store,
-    indexes: &Indexes,
-    config: &RecallConfig,
-    scope: &Scope,
-    request: &RecallRequest,
-) -> Result<Vec<(Atom, Candidate)>, RecallError> {
+/// `request`'s query for a caller in `scope`, validated and confined.
+fn query<'a>(request: &'a RecallRequest, scope: &'a Scope) -> Result<Query<'a>, RecallError> {
     let text = request.query.trim();
     if text.is_empty() {
         return Err(invalid("query", "the query is empty; pass a noun phrase naming what to find"));
@@ -188,16 +181,36 @@ pub(crate) fn rank(
     if !scope.is_tenant_wide() {
         repo_keys.push(crate::index::repo_key(scope));
     }
-    let query = Query {
+    Ok(Query {
         text,
         tenant: scope.tenant_id.as_str(),
         repo_keys,
         statuses: if request.include_negated { &["active", "negated"] } else { &["active"] },
         language: crate::text::detect_language(text),
         terms: crate::text::analyze::terms(text, crate::text::analyze::Mode::Query),
-    };
+    })
+}
+
+/// Ranks the atoms that answer `request` for a caller in `scope` (already
+/// normalized): the best `max_results`, best first.
+pub(crate) fn rank(
+    store: &Store,
+    indexes: &Indexes,
+    config: &RecallConfig,
+    scope: &Scope,
+    request: &RecallRequest,
+) -> Result<Vec<(Atom, Candidate)>, RecallError> {
+    let query = query(request, scope)?;
     let started = Instant::now();
-    let lists = candidates::gather(indexes, config, &query)?;
+    // While the slowest model still embeds the query, the atoms the lists
+    // so far rank highest are read on the idle core.
+    let at = hydrate::Recall { store, indexes, config, scope, request, query: &query };
+    let mut already_read = std::collections::HashMap::new();
+    let lists = candidates::gather(indexes, config, &query, &mut |so_far, done| {
+        let mut guess = fuse::fuse(so_far, config, query.terms.len());
+        expand::expand(&mut guess, indexes, config);
+        already_read = hydrate::read_ahead(guess, &at, done);
+    })?;
     tracing::debug!(
         keyword = lists.keyword.len(),
         semantic = lists.semantic.len(),
@@ -208,7 +221,7 @@ pub(crate) fn rank(
     let mut candidates = fuse::fuse(&lists, config, query.terms.len());
     expand::expand(&mut candidates, indexes, config);
     tracing::debug!(candidates = candidates.len(), elapsed_us = started.elapsed().as_micros() as u64, "fused and expanded");
-    let results = hydrate::hydrate(candidates, store, indexes, config, scope, request, &query)?;
+    let results = hydrate::hydrate(candidates, already_read, &at)?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
     Ok(results)
 }
@@ -256,6 +269,74 @@ mod tests {
             assert!(!names_source(&query_terms("what the user and the agent said"), nobody), "{nobody:?}");
         }
         assert!(!names_source(&query_terms(""), "Caroline"));
+    }
+
+    /// Atoms read ahead (for the right guess, for another reader's guess,
+    /// for a guess cut short) give exactly the answer of reading none
+    /// ahead, in English, Chinese and Japanese, for readers on two
+    /// branches, in another repository and tenant-wide.
+    #[test]
+    fn atoms_read_ahead_change_no_answer() {
+        use std::collections::HashMap;
+
+        use crate::{Caller, EmbedderChoice, MemorizeRequest, Memory, MemoryOptions};
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let memory = Memory::open_with(Some(dir.path()), MemoryOptions::default().with_embedder(EmbedderChoice::Disabled)).expect("opens");
+        let in_repo = |repo: &str, branch: &str| Scope::tenant("alice").with_workspace("acme").with_repository(repo).with_branch(branch);
+        let scopes: Vec<Scope> = [in_repo("api", "main"), in_repo("api", "dev"), in_repo("web", "main"), Scope::tenant("alice")]
+            .into_iter()
+            .map(|s| s.normalized().expect("scope"))
+            .collect();
+        for i in 0..36 {
+            let content = match i % 3 {
+                0 => format!("The release checklist needs a changelog entry ({i})"),
+                1 => format!("release checklist 发布清单需要更新日志 ({i})"),
+                _ => format!("release checklist リリース手順に変更履歴が要る ({i})"),
+            };
+            let request = MemorizeRequest::new(content).with_source(if i % 5 == 0 { "user" } else { "agent" });
+            memory.memorize(&Caller::new(scopes[i % 4].clone(), "test"), request).expect("memorize");
+        }
+        memory
+            .recall(&Caller::new(scopes[0].clone(), "test"), RecallRequest { record: false, ..RecallRequest::new("sync") })
+            .expect("recall");
+        let config = RecallConfig::default();
+        let (store, indexes) = (memory.store(), memory.indexes());
+        let candidates_for = |scope: &Scope, request: &RecallRequest| {
+            let query = query(request, scope).expect("query");
+            let lists = candidates::gather(indexes, &config, &query, &mut |_, _| panic!("no model embeds here")).expect("lists");
+            let mut candidates = fuse::fuse(&lists, &config, query.terms.len());
+            expand::expand(&mut candidates, indexes, &config);
+            candidates
+        };
+        let answer = |ranked: Vec<(Atom, Candidate)>| ranked.into_iter().map(|(a, c)| (a.id, c.score)).collect::<Vec<_>>();
+        for text in ["release checklist changelog", "发布清单", "リリース手順"] {
+            for max_results in [3, 10] {
+                let request = RecallRequest { max_results, record: false, ..RecallRequest::new(text) };
+                for scope in &scopes {
+                    let query = query(&request, scope).expect("query");
+                    let at = hydrate::Recall { store, indexes, config: &config, scope, request: &request, query: &query };
+                    let plain = answer(hydrate::hydrate(candidates_for(scope, &request), HashMap::new(), &at).expect("hydrate"));
+                    assert!(!plain.is_empty(), "{text} for {scope:?}");
+                    let guesses = [
+                        (candidates_for(scope, &request), false),
+                        (candidates_for(&scopes[2], &request), false),
+                        (candidates_for(scope, &request), true),
+                    ];
+                    for (guess, cut_short) in guesses {
+                        let most = if cut_short { 2 } else { max_results.min(guess.len()) };
+                        let mut reads = 0;
+                        let read = hydrate::read_ahead(guess, &at, &mut || {
+                            reads += 1;
+                            cut_short && reads > 2
+                        });
+                        assert_eq!(read.len(), most, "{text} for {scope:?}");
+                        let ahead = answer(hydrate::hydrate(candidates_for(scope, &request), read, &at).expect("hydrate"));
+                        assert_eq!(ahead, plain, "{text} for {scope:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

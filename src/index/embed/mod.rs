@@ -165,7 +165,7 @@ pub(crate) fn start_on<T: Send + 'static>(
         None => submit(engines, 0, work)?,
         Some(engine) => submit(engines, engine % engines.len(), move || bert::on_one_core(work))?,
     };
-    Ok(Pending(Waiting::Parts(vec![answer])))
+    Ok(Pending(Waiting::Parts(vec![Part::new(answer)])))
 }
 
 /// Loads and prepares `models` on the engine threads, in the background:
@@ -253,7 +253,7 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
             work(&refs)
         };
         // One run takes every core (OpenMP); several take one core each.
-        pending.push(if parts == 1 { submit(engines, 0, run)? } else { submit(engines, part, move || bert::on_one_core(run))? });
+        pending.push(Part::new(if parts == 1 { submit(engines, 0, run)? } else { submit(engines, part, move || bert::on_one_core(run))? }));
     }
     Ok(Pending(Waiting::Parts(pending)))
 }
@@ -261,7 +261,41 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
 /// Vectors on their way from the engine threads.
 pub(crate) struct Pending<T>(Waiting<T>);
 
-type Part<T> = std::sync::mpsc::Receiver<Option<Result<Vec<T>, EmbedError>>>;
+/// One run's answer (`None`: it panicked).
+type Answer<T> = Option<Result<Vec<T>, EmbedError>>;
+
+/// One run on its way: its answer once [`Pending::is_ready`] has seen it.
+struct Part<T> {
+    receiver: std::sync::mpsc::Receiver<Answer<T>>,
+    came: Option<Answer<T>>,
+}
+
+impl<T> Part<T> {
+    fn new(receiver: std::sync::mpsc::Receiver<Answer<T>>) -> Part<T> {
+        Part { receiver, came: None }
+    }
+
+    /// Whether the answer is there (it is then kept), without waiting.
+    fn poll(&mut self) -> bool {
+        if self.came.is_none() {
+            self.came = match self.receiver.try_recv() {
+                Ok(answer) => Some(answer),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                // The engine thread is gone: the answer is a failure.
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(None),
+            };
+        }
+        self.came.is_some()
+    }
+
+    fn wait(self) -> Result<Vec<T>, EmbedError> {
+        let answer = match self.came {
+            Some(answer) => answer,
+            None => self.receiver.recv().ok().flatten(),
+        };
+        answer.ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into())).and_then(|v| v)
+    }
+}
 
 enum Waiting<T> {
     /// No engine thread: computed on the caller's.
@@ -271,6 +305,14 @@ enum Waiting<T> {
 }
 
 impl<T> Pending<T> {
+    /// Whether every run has answered ([`Pending::wait`] would not wait).
+    pub(crate) fn is_ready(&mut self) -> bool {
+        match &mut self.0 {
+            Waiting::Done(_) => true,
+            Waiting::Parts(parts) => parts.iter_mut().all(Part::poll),
+        }
+    }
+
     /// Waits for every run; the vectors in the order of the texts.
     pub(crate) fn wait(self) -> Result<Vec<T>, EmbedError> {
         match self.0 {
@@ -281,8 +323,8 @@ impl<T> Pending<T> {
                 // this batch is still running when the caller moves on; the
                 // first error is the one returned.
                 let mut failed = None;
-                for part in &parts {
-                    match answer(part).and_then(|v| v) {
+                for part in parts {
+                    match part.wait() {
                         Ok(part) => vectors.extend(part),
                         Err(error) => failed = failed.or(Some(error)),
                     }
