@@ -132,9 +132,11 @@ impl Memory {
         if due && !self.park_usage && (!self.defer_usage || overdue) { self.flush_usage() } else { Ok(()) }
     }
 
-    /// Whether usage stamps are due for a commit.
+    /// Whether usage stamps are due for a commit that no thread is making.
     pub(crate) fn usage_due(&self) -> bool {
-        !self.park_usage && self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_due()
+        !self.park_usage
+            && !self.usage_flushing.load(std::sync::atomic::Ordering::Acquire)
+            && self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_due()
     }
 
     /// Commits the usage stamps if they are due and no other thread is
@@ -145,9 +147,16 @@ impl Memory {
         if !self.usage_due() || self.usage_flushing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let flushed = self.flush_usage();
-        self.usage_flushing.store(false, Ordering::Release);
-        flushed
+        // Cleared however the commit ends (a panic included), or no server
+        // would commit usage again.
+        struct Clear<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _clear = Clear(&self.usage_flushing);
+        self.flush_usage()
     }
 
     /// Takes in the stamps a one-shot process parked (at open): a parking

@@ -681,8 +681,9 @@ async fn commit_usage(shared: Arc<SharedMemory>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let Some(memory) = shared.local().filter(|memory| memory.usage_due()) else { continue };
-        let _ = tokio::task::spawn_blocking(move || crate::tools::relay::commit_due_usage(&memory)).await;
+        if let Some(memory) = shared.local() {
+            crate::tools::relay::commit_usage_after(&memory);
+        }
     }
 }
 
