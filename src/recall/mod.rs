@@ -324,7 +324,7 @@ mod tests {
                         (candidates_for(scope, &request), true),
                     ];
                     for (guess, cut_short) in guesses {
-                        let most = if cut_short { 2 } else { max_results.min(guess.len()) };
+                        let most = if cut_short { 2 } else { (2 * max_results).min(guess.len()) };
                         let mut reads = 0;
                         let read = hydrate::read_ahead(guess, &at, &mut || {
                             reads += 1;
