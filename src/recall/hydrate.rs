@@ -5,6 +5,8 @@
 //! and the loop stops once no later one can enter the top k (about k
 //! reads); a candidate without a card counts with the largest boost, and
 //! an atom that disagrees with its card makes every later one count so.
+//! [`read_ahead`] reads the likely top atoms while the last model still
+//! embeds the query; hydration starts from what it read.
 
 use std::collections::HashMap;
 
@@ -17,7 +19,7 @@ use crate::store::Store;
 
 /// Atoms an embedded store reads per batch after the first k (on two
 /// threads).
-const READ_AHEAD: usize = 16;
+const LATER_BATCH: usize = 16;
 
 /// What one recall reads from and for whom.
 #[derive(Clone, Copy)]
@@ -81,9 +83,10 @@ fn max_boost(config: &RecallConfig) -> f32 {
 /// the slower one still embeds the query: the final top k is mostly in the
 /// guess's top 2k, so most of hydration's reads are done by the time it
 /// starts (at 10k over `hmg mcp`, hydration's median 0.55–0.58 ms with
-/// the top k read ahead, 0.45–0.46 with the top 2k). What is read is only a cache for [`hydrate`], which
-/// checks every atom as it would a fresh read. An embedded store only (a
-/// remote one pays per request, and a request cannot be cut short).
+/// the top k read ahead, 0.45–0.46 with the top 2k). What is read is only
+/// a cache for [`hydrate`], which checks every atom as it would a fresh
+/// read. An embedded store only (a remote one pays per request, and a
+/// request cannot be cut short).
 pub(super) fn read_ahead(guess: HashMap<AtomId, Candidate>, at: &Recall<'_>, done: &mut dyn FnMut() -> bool) -> HashMap<AtomId, Atom> {
     let Recall { store, indexes, config, scope, request, query } = *at;
     let mut read = HashMap::new();
@@ -135,7 +138,7 @@ pub(super) fn hydrate(
     // batch on two threads. With cards the first k are the likely top k:
     // the first batch is those.
     let carded = ranked.iter().take(k).all(|r| r.predicted.is_some());
-    let batch = if store.is_shared() { hydrate_cap } else { READ_AHEAD };
+    let batch = if store.is_shared() { hydrate_cap } else { LATER_BATCH };
     let first_batch = if carded { k } else { batch };
     let order: Vec<AtomId> = ranked.iter().map(|r| r.id).collect();
     let mut read: HashMap<AtomId, Atom> = already_read;
