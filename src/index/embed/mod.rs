@@ -134,7 +134,13 @@ fn submit<T: Send + 'static>(
 }
 
 fn answer<T>(result: &std::sync::mpsc::Receiver<Option<T>>) -> Result<T, EmbedError> {
-    result.recv().ok().flatten().ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into()))
+    arrived(result.recv().ok().flatten())
+}
+
+/// A job's result as it came from its engine thread (`None`: it panicked,
+/// or the thread is gone).
+fn arrived<T>(result: Option<T>) -> Result<T, EmbedError> {
+    result.ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into()))
 }
 
 /// Runs `work` on the first engine thread (every core through OpenMP) and
@@ -371,11 +377,10 @@ impl<T> Part<T> {
     }
 
     fn wait(self) -> Result<Vec<T>, EmbedError> {
-        let answer = match self.came {
-            Some(answer) => answer,
-            None => self.receiver.recv().ok().flatten(),
-        };
-        answer.ok_or_else(|| EmbedError::Backend("the embedding engine panicked".into())).and_then(|v| v)
+        match self.came {
+            Some(came) => arrived(came)?,
+            None => answer(&self.receiver)?,
+        }
     }
 }
 
