@@ -93,7 +93,7 @@ pub(super) fn read_ahead(guess: HashMap<AtomId, Candidate>, at: &Recall<'_>, don
     if store.is_shared() {
         return read;
     }
-    let mut boosts = Boosts { config, query, now: chrono::Utc::now(), named: HashMap::new() };
+    let mut boosts = Boosts::new(config, query);
     for Ranked { id, .. } in
         ranked(guess, indexes, &mut boosts, max_boost(config), scope).into_iter().take(READ_AHEAD_TIMES * request.max_results)
     {
@@ -118,7 +118,7 @@ pub(super) fn hydrate(
 ) -> Result<Vec<(Atom, Candidate)>, RecallError> {
     let Recall { store, indexes, config, scope, request, query } = *at;
     let max_boost = max_boost(config);
-    let mut boosts = Boosts { config, query, now: chrono::Utc::now(), named: HashMap::new() };
+    let mut boosts = Boosts::new(config, query);
     let ranked = ranked(candidates, indexes, &mut boosts, max_boost, scope);
     // The largest fused score from each position on: what bounds the rest
     // once a card has been found wrong.
@@ -193,7 +193,12 @@ struct Boosts<'a> {
     named: HashMap<String, bool>,
 }
 
-impl Boosts<'_> {
+impl<'a> Boosts<'a> {
+    /// The boosts of `query`, as of now.
+    fn new(config: &'a RecallConfig, query: &'a Query<'a>) -> Boosts<'a> {
+        Boosts { config, query, now: chrono::Utc::now(), named: HashMap::new() }
+    }
+
     /// The product of the boosts that apply to an atom with `card`
     /// (`other_branch`: the reader sees it as written on another branch).
     fn of(&mut self, card: &Card, other_branch: bool) -> f32 {
