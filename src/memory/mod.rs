@@ -40,7 +40,7 @@ mod tests;
 mod usage;
 mod write;
 
-pub(crate) use crate::store::codec::{insert_atom, kind_of_class, literal_value, load_atom, load_atom_cached, set_atom_literal};
+pub(crate) use crate::store::codec::{insert_atom, kind_of_class, literal_value, load_atom, load_atom_cached, scope_of, set_atom_literal};
 
 use std::path::Path;
 use std::sync::Mutex;

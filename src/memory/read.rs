@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::{Caller, Memory, MemoryError, Result};
 use crate::atom::{Atom, AtomId, Epistemic, Kind, Polarity, Status, parse_atom_id};
+use crate::scope::Scope;
 use crate::store::audit::{self, AuditEntry};
 use crate::store::{self, NamedQuery, StoreError};
 
@@ -199,15 +200,20 @@ pub struct AtomPage {
 pub const MAX_PAGE: usize = 200;
 
 impl AtomFilter {
-    fn keeps(&self, atom: &Atom) -> bool {
+    /// Whether the filter keeps atoms of `scope` (the scope's part of [`AtomFilter::keeps`]).
+    fn keeps_scope(&self, scope: &Scope) -> bool {
         let same = |want: &Option<String>, have: &Option<String>| want.as_ref().is_none_or(|w| have.as_deref() == Some(w.as_str()));
-        let text = self.text.as_ref().map(|t| t.to_lowercase());
-        let exact = !self.exact_scope || (self.workspace == atom.scope.workspace && self.repository == atom.scope.repository);
+        let exact = !self.exact_scope || (self.workspace == scope.workspace && self.repository == scope.repository);
         exact
-            && same(&self.workspace, &atom.scope.workspace)
-            && same(&self.repository, &atom.scope.repository)
-            && same(&self.branch, &atom.scope.branch)
-            && (!self.tenant_wide || atom.scope.is_tenant_wide())
+            && same(&self.workspace, &scope.workspace)
+            && same(&self.repository, &scope.repository)
+            && same(&self.branch, &scope.branch)
+            && (!self.tenant_wide || scope.is_tenant_wide())
+    }
+
+    fn keeps(&self, atom: &Atom) -> bool {
+        let text = self.text.as_ref().map(|t| t.to_lowercase());
+        self.keeps_scope(&atom.scope)
             && self.kind.is_none_or(|k| atom.kind == k)
             && self.status.is_none_or(|s| atom.status == s)
             && self.epistemic.is_none_or(|e| atom.epistemic == e)
@@ -279,6 +285,7 @@ impl Memory {
                     more = true;
                 }
             }
+            true
         })?;
         let next_cursor = if more { atoms.last().map(|a| a.atom_id.clone()) } else { None };
         Ok(AtomPage { atoms, next_cursor, total })
@@ -289,24 +296,64 @@ impl Memory {
     /// whole tenant once per page).
     pub(crate) fn atoms_matching(&self, caller: &Caller, filter: &AtomFilter) -> Result<Vec<crate::atom::Atom>> {
         let mut atoms = Vec::new();
-        self.scan_atoms(&caller.scope.tenant_id, filter, &mut |atom| atoms.push(atom))?;
+        self.scan_atoms(&caller.scope.tenant_id, filter, &mut |atom| {
+            atoms.push(atom);
+            true
+        })?;
         Ok(atoms)
     }
 
-    /// Visits every atom of `tenant` that `filter` keeps, newest first.
-    fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom)) -> Result<()> {
-        let mut ids: Vec<AtomId> = self
+    /// The `n` newest atoms of the caller's tenant that `filter` keeps
+    /// (what the merge compares a fact with): reading stops there.
+    pub(crate) fn newest_matching(&self, caller: &Caller, filter: &AtomFilter, n: usize) -> Result<Vec<crate::atom::Atom>> {
+        let mut atoms = Vec::new();
+        if n > 0 {
+            self.scan_atoms(&caller.scope.tenant_id, filter, &mut |atom| {
+                atoms.push(atom);
+                atoms.len() < n
+            })?;
+        }
+        Ok(atoms)
+    }
+
+    /// Visits every atom of `tenant` that `filter` keeps, newest first,
+    /// until `visit` answers false. Only the atoms of the scopes the filter keeps are read (a scope node
+    /// is read once): listing one REST user's memories does not read every
+    /// user's.
+    fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom) -> bool) -> Result<()> {
+        let mut ids: Vec<(AtomId, Option<oxigraph::model::NamedNode>)> = self
             .store
-            .select(NamedQuery::AllAtoms, tenant, &[])?
+            .select(NamedQuery::AtomsWithScope, tenant, &[])?
             .iter()
-            .filter_map(|row| row.get("atom").and_then(store::atom_id_of))
+            .filter_map(|row| {
+                let id = row.get("atom").and_then(store::atom_id_of)?;
+                let scope = match row.get("scope") {
+                    Some(oxigraph::model::Term::NamedNode(node)) => Some(node.clone()),
+                    _ => None,
+                };
+                Some((id, scope))
+            })
             .collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.sort_unstable_by_key(|(id, _)| std::cmp::Reverse(*id));
         let mut scopes = std::collections::HashMap::new();
-        for id in ids {
+        let mut kept = std::collections::HashMap::new();
+        for (id, node) in ids {
+            if let Some(node) = node {
+                let keep = match kept.get(&node) {
+                    Some(keep) => *keep,
+                    None => {
+                        let keep = filter.keeps_scope(&super::scope_of(&self.store, tenant, node.clone(), &mut scopes)?);
+                        kept.insert(node, keep);
+                        keep
+                    }
+                };
+                if !keep {
+                    continue;
+                }
+            }
             let Some(atom) = super::load_atom_cached(&self.store, tenant, id, true, &mut scopes)? else { continue };
-            if filter.keeps(&atom) {
-                visit(atom);
+            if filter.keeps(&atom) && !visit(atom) {
+                break;
             }
         }
         Ok(())

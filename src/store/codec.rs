@@ -293,7 +293,7 @@ impl Fields {
 }
 
 /// The scope a scope node names, read once per node (`scopes` caches them).
-fn scope_of(store: &Store, tenant: &str, node: NamedNode, scopes: &mut HashMap<NamedNode, Scope>) -> Result<Scope> {
+pub(crate) fn scope_of(store: &Store, tenant: &str, node: NamedNode, scopes: &mut HashMap<NamedNode, Scope>) -> Result<Scope> {
     if let Some(scope) = scopes.get(&node) {
         return Ok(scope.clone());
     }
