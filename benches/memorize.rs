@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use hmg::extract::{Extractor, Message, RuleExtractor};
 use hmg::{Caller, Effect, MemorizeRequest, Memory, Scope};
 
 mod common;
@@ -108,4 +109,61 @@ fn with_models(caller: &Caller) {
     let outcomes = memory.memorize_many(caller, requests).expect("memorize_many");
     assert!(outcomes.iter().all(|o| o.effect == Effect::Applied));
     println!("  memorize_many: {:.0} memories/s", n as f64 / started.elapsed().as_secs_f64());
+
+    // A chat per add: the REST `add` without HTTP (its `infer: false` is
+    // `memorize_many`, above). A scope of its own, as a REST user has.
+    let caller = Caller::new(caller.scope.clone().with_branch("chat"), "bench");
+    let mut per_add = Vec::new();
+    let (mut facts, mut events) = (0usize, std::collections::BTreeMap::<String, usize>::new());
+    let started = Instant::now();
+    for chat in 0..n / CHAT_MESSAGES {
+        let messages: Vec<Message> =
+            (0..CHAT_MESSAGES).map(|m| Message { role: "user".to_owned(), content: chat_line(chat * CHAT_MESSAGES + m) }).collect();
+        let t = Instant::now();
+        let said = RuleExtractor.extract(&messages).expect("extract");
+        let results = memory.merge_facts(&caller, &said, "user").expect("merge");
+        per_add.push(t.elapsed());
+        facts += said.len();
+        for r in &results {
+            *events.entry(format!("{:?}", r.event)).or_default() += 1;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let added = events.get("Add").copied().unwrap_or(0);
+    println!(
+        "  chat add ({CHAT_MESSAGES} messages): {:.0} facts/s, {:.0} added/s ({facts} facts: {events:?})",
+        facts as f64 / seconds,
+        added as f64 / seconds
+    );
+    report("  chat add", &mut per_add);
+}
+
+/// User messages per chat in the `add` case.
+const CHAT_MESSAGES: usize = 10;
+
+/// One user message of a chat: a first-person fact, English, Chinese or
+/// Japanese; every other one names no number (the merge then asks the
+/// sentence model whether it restates a memory).
+fn chat_line(i: usize) -> String {
+    const NUMBERED: &[&str] = &[
+        "I visited {c} in May for workshop {i}.",
+        "我在{c}参加了第{i}次研讨会。",
+        "{c}で第{i}回のワークショップに参加しました。",
+        "My team ships release {i} of the {x} app on Friday.",
+    ];
+    const PLAIN: &[&str] = &[
+        "I want to learn {x} with {p} someday.",
+        "My neighbour {p} grows {x} on the {c} balcony.",
+        "我想和{p}一起学{x}。",
+        "{p}さんは{c}で{x}を育てています。",
+    ];
+    const PEOPLE: &[&str] = &["Ana", "Kenji", "Li Wei", "Priya", "Mateo", "Sofia", "Yuki", "Omar"];
+    const THINGS: &[&str] = &["pottery", "sourdough", "chess", "origami", "kayaking", "calligraphy", "ukulele", "bonsai", "salsa"];
+    const PLACES: &[&str] = &["Porto", "Kyoto", "Berlin", "Lima", "Osaka", "Chengdu", "Quito"];
+    let templates = if i.is_multiple_of(2) { NUMBERED } else { PLAIN };
+    templates[(i / 2) % templates.len()]
+        .replace("{i}", &i.to_string())
+        .replace("{p}", PEOPLE[(i / 8) % PEOPLE.len()])
+        .replace("{x}", THINGS[(i / 64) % THINGS.len()])
+        .replace("{c}", PLACES[(i / 576) % PLACES.len()])
 }

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AtomFilter, AtomView, Caller, CorrectAction, CorrectRequest, Effect, MemorizeRequest, Memory, Result};
+use super::{AtomFilter, Caller, CorrectAction, CorrectRequest, Effect, MemorizeOutcome, MemorizeRequest, Memory, Result};
 use crate::atom::Status;
 use crate::fact::{Clause, Lang, Subject, third_person};
 use crate::text::analyze::{Mode, terms};
@@ -70,10 +70,46 @@ struct Plan {
     why: String,
 }
 
-/// An active memory of the scope, read as a clause.
+/// An active memory of the scope, read as a clause; or a fact this merge
+/// adds and has not written yet ([`Known::unwritten`]). What every decision
+/// compares is worked out once, here, not once per fact.
 struct Known {
-    atom: AtomView,
+    id: String,
+    content: String,
     clause: Clause,
+    /// [`crate::fact::slot::comparable`] of the content and of the clause's body.
+    comparable: String,
+    comparable_body: String,
+    /// [`topic_terms`] of the content.
+    topics: HashSet<String>,
+    /// [`numbers`] of the content.
+    numbers: Vec<String>,
+}
+
+/// How the id of a fact not yet written starts (an atom id is a ULID, which
+/// has no colon).
+const UNWRITTEN: &str = "unwritten:";
+
+impl Known {
+    fn new(id: String, content: String) -> Known {
+        let clause = Clause::read_memory(&content);
+        let comparable = crate::fact::slot::comparable;
+        Known {
+            comparable: comparable(&content),
+            comparable_body: comparable(&clause.body),
+            topics: topic_terms(&content),
+            numbers: numbers(&content),
+            id,
+            content,
+            clause,
+        }
+    }
+
+    /// The `n`-th fact this merge adds, as memorize will store it (trimmed,
+    /// secrets redacted), before it is.
+    fn unwritten(n: usize, text: &str) -> Known {
+        Known::new(format!("{UNWRITTEN}{n}"), crate::text::redact(text.trim()).text)
+    }
 }
 
 /// Words that say nothing about what a statement is about.
@@ -115,8 +151,8 @@ fn most_about<'k>(text: &str, known: &'k [Known]) -> Option<&'k Known> {
     let mine = topic_terms(text);
     let mut best: Option<(&Known, usize)> = None;
     for k in known {
-        let theirs = topic_terms(&k.atom.content);
-        let shared = mine.intersection(&theirs).count();
+        let theirs = &k.topics;
+        let shared = mine.intersection(theirs).count();
         let smaller = mine.len().min(theirs.len()).max(1);
         if shared >= 1 && shared * 3 >= smaller && best.is_none_or(|(_, b)| shared > b) {
             best = Some((k, shared));
@@ -208,7 +244,7 @@ fn is_bare_value(body: &str, lang: Lang) -> bool {
 /// The memory's text with its value replaced by `value`: the slot's value,
 /// else (English) its last capitalised word.
 fn replace_value(known: &Known, value: &str) -> Option<String> {
-    let content = &known.atom.content;
+    let content = &known.content;
     if let Some(slot) = &known.clause.slot
         && let Some(replaced) = replace_once(content, &slot.value_text, value)
     {
@@ -226,58 +262,62 @@ fn the_party(known: &Known) -> Option<String> {
     }
 }
 
+/// Cosines of a text with others under the sentence model (`None` without one).
+type Similarity<'a> = dyn Fn(&str, &[&str]) -> Option<Vec<f32>> + 'a;
+
 /// Decides what one fact does, against the scope's active memories
 /// (newest first).
-fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f32>) -> Plan {
+fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     let clause = Clause::read(fact);
     let text = stored_text(&clause, None);
     let add = |why: String| Plan { event: MergeEvent::Add, target: None, text: text.clone(), why };
     let none = |k: &Known, why: String| Plan {
         event: MergeEvent::None,
-        target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
-        text: k.atom.content.clone(),
+        target: Some((k.id.clone(), k.content.clone())),
+        text: k.content.clone(),
         why,
     };
     let update = |k: &Known, new_text: String, why: String| Plan {
         event: MergeEvent::Update,
-        target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
+        target: Some((k.id.clone(), k.content.clone())),
         text: new_text,
         why,
     };
     let comparable = crate::fact::slot::comparable;
     // 1. Said before in the same words.
-    if let Some(k) =
-        known.iter().find(|k| comparable(&k.atom.content) == comparable(&text) || comparable(&k.clause.body) == comparable(&clause.body))
-    {
-        return none(k, format!("the same as memory {}", k.atom.atom_id));
+    if let Some(k) = {
+        let (text, body) = (comparable(&text), comparable(&clause.body));
+        known.iter().find(|k| k.comparable == text || k.comparable_body == body)
+    } {
+        return none(k, format!("the same as memory {}", k.id));
     }
     // 2. Stopped being true: the memory it names is marked false.
     if clause.cues.cessation {
         return match most_about(&clause.body, known) {
             Some(k) => Plan {
                 event: MergeEvent::Delete,
-                target: Some((k.atom.atom_id.clone(), k.atom.content.clone())),
-                text: k.atom.content.clone(),
-                why: format!("cessation cue: \"{}\" ends memory {} (\"{}\")", clause.body, k.atom.atom_id, k.atom.content),
+                target: Some((k.id.clone(), k.content.clone())),
+                text: k.content.clone(),
+                why: format!("cessation cue: \"{}\" ends memory {} (\"{}\")", clause.body, k.id, k.content),
             },
             None => add("a negative statement with no memory to contradict".to_owned()),
         };
     }
     // 3. "GitLab, not GitHub": the memory naming the wrong value, corrected.
     if let Some((wrong, right)) = &clause.substitution
-        && let Some(k) = known.iter().find(|k| replace_once(&k.atom.content, wrong, right).is_some())
-        && let Some(corrected) = replace_once(&k.atom.content, wrong, &aligned(wrong, right, clause.lang))
+        && let Some(k) = known.iter().find(|k| replace_once(&k.content, wrong, right).is_some())
+        && let Some(corrected) = replace_once(&k.content, wrong, &aligned(wrong, right, clause.lang))
     {
-        return update(k, corrected, format!("correction: \"{right}\" instead of \"{wrong}\" in memory {}", k.atom.atom_id));
+        return update(k, corrected, format!("correction: \"{right}\" instead of \"{wrong}\" in memory {}", k.id));
     }
     // 4. "from Vim to Helix": the memory naming the old value.
     if let Some(switch) = &clause.switch
         && let Some(from) = &switch.from
         && let Some(k) = known
             .iter()
-            .find(|k| crate::fact::slot::same_value(&k.atom.content, from) || k.atom.content.to_lowercase().contains(&from.to_lowercase()))
+            .find(|k| crate::fact::slot::same_value(&k.content, from) || k.content.to_lowercase().contains(&from.to_lowercase()))
     {
-        return update(k, text.clone(), format!("switch from \"{from}\" to \"{}\" replaces memory {}", switch.to, k.atom.atom_id));
+        return update(k, text.clone(), format!("switch from \"{from}\" to \"{}\" replaces memory {}", switch.to, k.id));
     }
     // 5. The same slot: the same value is known, a new one replaces it (or
     //    joins it, for a many-valued slot).
@@ -287,13 +327,13 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
             && let Some(theirs) = &k.clause.slot
         {
             if crate::fact::slot::same_value(&theirs.value, &slot.value) {
-                return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
+                return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.id));
             }
             if slot.many && !clause.cues.correction {
                 if let Some(k) = known.iter().find(|k| {
                     k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))
                 }) {
-                    return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.atom.atom_id));
+                    return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.id));
                 }
                 return add(format!("slot {} holds many values; this one is new", slot.describe()));
             }
@@ -301,7 +341,7 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
             return update(
                 k,
                 stored_text(&clause, party.as_deref()),
-                format!("slot {} had \"{}\" (memory {})", slot.describe(), theirs.value_text, k.atom.atom_id),
+                format!("slot {} had \"{}\" (memory {})", slot.describe(), theirs.value_text, k.id),
             );
         }
     }
@@ -310,11 +350,11 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
         && let Some(kind) = crate::fact::slot::category(&switch.to)
         && let Some(k) = known.iter().find(|k| {
             let about_kind = k.clause.slot.as_ref().is_some_and(|s| s.qualifier.as_deref() == Some(kind))
-                || crate::fact::slot::category(&k.atom.content) == Some(kind);
-            about_kind && !k.atom.content.to_lowercase().contains(&switch.to.to_lowercase())
+                || crate::fact::slot::category(&k.content) == Some(kind);
+            about_kind && !k.content.to_lowercase().contains(&switch.to.to_lowercase())
         })
     {
-        return update(k, text.clone(), format!("switch to \"{}\" ({kind}) replaces memory {}", switch.to, k.atom.atom_id));
+        return update(k, text.clone(), format!("switch to \"{}\" ({kind}) replaces memory {}", switch.to, k.id));
     }
     if let Some(slot) = &clause.slot {
         return add(format!("slot {} is new", slot.describe()));
@@ -326,7 +366,7 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
     if clause.cues.restatement
         && let Some(k) = most_about(&clause.body, known)
     {
-        return none(k, format!("a restatement of memory {}", k.atom.atom_id));
+        return none(k, format!("a restatement of memory {}", k.id));
     }
     if clause.cues.correction
         && let Some(k) = most_about(&clause.body, known).or_else(|| known.first())
@@ -336,25 +376,25 @@ fn plan(fact: &str, known: &[Known], similarity: &dyn Fn(&str, &str) -> Option<f
         return update(
             k,
             corrected.unwrap_or_else(|| text.clone()),
-            format!("correction cue: replaces memory {} (\"{}\")", k.atom.atom_id, k.atom.content),
+            format!("correction cue: replaces memory {} (\"{}\")", k.id, k.content),
         );
     }
     // 8. A paraphrase in nearly the same words.
     let mine = topic_terms(&clause.body);
-    if let Some(k) = known.iter().find(|k| jaccard(&mine, &topic_terms(&k.atom.content)) >= 0.8) {
-        return none(k, format!("nearly the same words as memory {}", k.atom.atom_id));
+    if let Some(k) = known.iter().find(|k| jaccard(&mine, &k.topics) >= 0.8) {
+        return none(k, format!("nearly the same words as memory {}", k.id));
     }
     // 9. The same meaning in other words, when the sentence model is sure.
+    let named = numbers(&clause.body);
+    let candidates: Vec<&Known> = known.iter().filter(|k| k.numbers == named).take(PARAPHRASE_CANDIDATES).collect();
+    let contents: Vec<&str> = candidates.iter().map(|k| k.content.as_str()).collect();
     if !clause.cues.cessation
-        && let Some((k, cosine)) = known
-            .iter()
-            .filter(|k| numbers(&k.atom.content) == numbers(&clause.body))
-            .take(PARAPHRASE_CANDIDATES)
-            .filter_map(|k| similarity(&clause.body, &k.atom.content).map(|c| (k, c)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
+        && !candidates.is_empty()
+        && let Some(cosines) = similarity(&clause.body, &contents)
+        && let Some((k, cosine)) = candidates.iter().zip(cosines).max_by(|a, b| a.1.total_cmp(&b.1))
         && cosine >= PARAPHRASE_COSINE
     {
-        return none(k, format!("the same meaning as memory {} (cosine {cosine:.3})", k.atom.atom_id));
+        return none(k, format!("the same meaning as memory {} (cosine {cosine:.3})", k.id));
     }
     add("no memory of the scope is about this".to_owned())
 }
@@ -378,38 +418,144 @@ impl Memory {
 
     /// [`Memory::merge_facts`], or with `dry_run` only the decisions (each
     /// fact against the memories as they are; nothing is written).
+    ///
+    /// Each fact is decided against the memories and the facts before it,
+    /// as if each were written at once; the ADDs are then written together
+    /// ([`Memory::memorize_many`]: embedded in one batch per model), before
+    /// any other write, so the audit trail keeps the facts' order. A fact
+    /// whose decision names an ADD not yet written has them written first
+    /// and is decided again against the stored memories.
     #[tracing::instrument(skip(self, facts), fields(tenant = %caller.scope.tenant_id, facts = facts.len()))]
     pub fn merge_facts_with(&self, caller: &Caller, facts: &[String], source: &str, dry_run: bool) -> Result<Vec<MergeResult>> {
-        let mut results = Vec::with_capacity(facts.len());
+        let similarity = |text: &str, others: &[&str]| self.similarities(text, others);
         let mut known = self.known(caller)?;
-        for fact in facts {
-            let plan = plan(fact, &known, &|a, b| self.similarity(a, b));
-            tracing::info!(fact = %fact, event = ?plan.event, why = %plan.why, dry_run, "merge decision");
-            if dry_run {
-                results.push(MergeResult {
-                    id: plan.target.as_ref().map(|(id, _)| id.clone()),
-                    memory: plan.text,
-                    event: plan.event,
-                    previous_memory: (plan.event == MergeEvent::Update).then(|| plan.target.map(|(_, c)| c)).flatten(),
-                    reason: None,
-                    why: Some(plan.why),
-                });
-                continue;
-            }
-            let result = self.apply_plan(caller, plan, source)?;
-            if result.event != MergeEvent::None {
-                known = self.known(caller)?;
-            }
-            results.push(result);
+        if dry_run {
+            return Ok(facts
+                .iter()
+                .map(|fact| {
+                    let plan = plan(fact, &known, &similarity);
+                    tracing::info!(fact = %fact, event = ?plan.event, why = %plan.why, dry_run, "merge decision");
+                    MergeResult {
+                        id: plan.target.as_ref().map(|(id, _)| id.clone()),
+                        memory: plan.text,
+                        event: plan.event,
+                        previous_memory: (plan.event == MergeEvent::Update).then(|| plan.target.map(|(_, c)| c)).flatten(),
+                        reason: None,
+                        why: Some(plan.why),
+                    }
+                })
+                .collect());
         }
-        Ok(results)
+        self.warm_similarities(facts, &mut known);
+        // Each fact's result; an ADD's is filled in when the batch is written.
+        let mut results: Vec<Option<MergeResult>> = Vec::with_capacity(facts.len());
+        let mut adds: Vec<(usize, Plan)> = Vec::new();
+        for fact in facts {
+            let mut decided = plan(fact, &known, &similarity);
+            if decided.target.as_ref().is_some_and(|(id, _)| id.starts_with(UNWRITTEN)) {
+                self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
+                decided = plan(fact, &known, &similarity);
+            }
+            tracing::info!(fact = %fact, event = ?decided.event, why = %decided.why, dry_run, "merge decision");
+            match decided.event {
+                MergeEvent::Add => {
+                    // Newest first, and no more than the store gives.
+                    known.insert(0, Known::unwritten(adds.len(), &decided.text));
+                    known.truncate(super::read::MAX_PAGE);
+                    adds.push((results.len(), decided));
+                    results.push(None);
+                }
+                MergeEvent::None => results.push(Some(self.apply_plan(caller, decided, source)?)),
+                MergeEvent::Update | MergeEvent::Delete => {
+                    self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
+                    let result = self.apply_plan(caller, decided, source)?;
+                    if result.event != MergeEvent::None {
+                        known = self.known(caller)?;
+                    }
+                    results.push(Some(result));
+                }
+            }
+        }
+        self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
+        Ok(results.into_iter().flatten().collect())
     }
 
-    /// Cosine of two texts under the first sentence model, if one is loaded.
-    fn similarity(&self, a: &str, b: &str) -> Option<f32> {
+    /// Writes the ADDs decided so far in one [`Memory::memorize_many`],
+    /// fills in their results and gives their entries in `known` the ids
+    /// they were written under. If one was not written (memorize found a
+    /// duplicate elsewhere in the repository, or refused it), `known` is read
+    /// from the store again.
+    fn write_adds(
+        &self,
+        caller: &Caller,
+        adds: &mut Vec<(usize, Plan)>,
+        results: &mut [Option<MergeResult>],
+        known: &mut Vec<Known>,
+        source: &str,
+    ) -> Result<()> {
+        if adds.is_empty() {
+            return Ok(());
+        }
+        let requests = adds.iter().map(|(_, plan)| MemorizeRequest::new(plan.text.clone()).with_source(source)).collect();
+        let outcomes = self.memorize_many(caller, requests)?;
+        let mut exact = true;
+        for (n, ((slot, plan), outcome)) in adds.drain(..).zip(outcomes).enumerate() {
+            let unwritten = format!("{UNWRITTEN}{n}");
+            match (&outcome.effect, &outcome.atom_id, known.iter_mut().find(|k| k.id == unwritten)) {
+                (Effect::Applied, Some(id), Some(entry)) => entry.id.clone_from(id),
+                _ => exact = false,
+            }
+            if let Some(result) = results.get_mut(slot) {
+                *result = Some(added(outcome, plan.text, plan.why));
+            }
+        }
+        if !exact {
+            *known = self.known(caller)?;
+        }
+        Ok(())
+    }
+
+    /// Embeds, in one batch, the texts the decisions will probably compare
+    /// with the sentence model (step 9 of [`plan`]), so that each decision
+    /// finds them in the model's cache: the facts are decided once without
+    /// the model, each ADD joining `known` as it would, and every text they
+    /// asked about is embedded. `known` is left as it was.
+    fn warm_similarities(&self, facts: &[String], known: &mut Vec<Known>) {
+        let Some(model) = self.indexes().semantic().first() else { return };
+        let asked = std::cell::RefCell::new(Vec::<String>::new());
+        let record = |text: &str, others: &[&str]| {
+            let mut asked = asked.borrow_mut();
+            asked.extend(std::iter::once(text).chain(others.iter().copied()).map(str::to_owned));
+            None
+        };
+        let mut added = 0;
+        for fact in facts {
+            let decided = plan(fact, known, &record);
+            if decided.event == MergeEvent::Add {
+                known.insert(0, Known::unwritten(added, &decided.text));
+                added += 1;
+            }
+        }
+        known.drain(..added);
+        let mut asked = asked.into_inner();
+        let mut seen = HashSet::new();
+        asked.retain(|text| seen.insert(text.clone()));
+        if asked.len() > 1 {
+            let texts: Vec<&str> = asked.iter().map(String::as_str).collect();
+            if let Err(error) = model.embed_queries(&texts) {
+                tracing::debug!(%error, "warming the merge's similarities failed; each decision embeds its own");
+            }
+        }
+    }
+
+    /// Cosines of `text` with each of `others` under the first sentence
+    /// model, if one is loaded: the texts not seen lately embedded in one batch.
+    fn similarities(&self, text: &str, others: &[&str]) -> Option<Vec<f32>> {
         let model = self.indexes().semantic().first()?;
-        let (x, y) = (model.embed_query(a).ok()?, model.embed_query(b).ok()?);
-        Some(x.iter().zip(&y).map(|(p, q)| p * q).sum())
+        let texts: Vec<&str> = std::iter::once(text).chain(others.iter().copied()).collect();
+        let vectors = model.embed_queries(&texts).ok()?;
+        let (mine, theirs) = vectors.split_first()?;
+        (theirs.len() == others.len()).then(|| theirs.iter().map(|v| v.iter().zip(mine).map(|(p, q)| p * q).sum()).collect())
     }
 
     /// The active memories of exactly the caller's scope, newest first.
@@ -422,8 +568,8 @@ impl Memory {
             exact_scope: true,
             ..AtomFilter::default()
         };
-        let page = self.list_atoms(caller, &filter, None, super::read::MAX_PAGE)?;
-        Ok(page.atoms.into_iter().map(|atom| Known { clause: Clause::read_memory(&atom.content), atom }).collect())
+        let atoms = self.newest_matching(caller, &filter, super::read::MAX_PAGE)?;
+        Ok(atoms.into_iter().map(|atom| Known::new(atom.id.to_string(), atom.visible_content().to_owned())).collect())
     }
 
     fn apply_plan(&self, caller: &Caller, plan: Plan, source: &str) -> Result<MergeResult> {
@@ -474,32 +620,27 @@ impl Memory {
 
     fn add_fact(&self, caller: &Caller, text: String, source: &str, why: String) -> Result<MergeResult> {
         let outcome = self.memorize(caller, MemorizeRequest::new(text.clone()).with_source(source))?;
-        Ok(match outcome.effect {
-            Effect::Applied => MergeResult {
-                id: outcome.atom_id,
-                memory: text,
-                event: MergeEvent::Add,
-                previous_memory: None,
-                reason: None,
-                why: Some(why),
-            },
-            Effect::NoOp => MergeResult {
-                id: outcome.deduped_with,
-                memory: text,
-                event: MergeEvent::None,
-                previous_memory: None,
-                reason: None,
-                why: Some("already stored (memorize found the duplicate)".to_owned()),
-            },
-            Effect::Rejected => MergeResult {
-                id: None,
-                memory: text,
-                event: MergeEvent::None,
-                previous_memory: None,
-                reason: outcome.reason,
-                why: Some(why),
-            },
-        })
+        Ok(added(outcome, text, why))
+    }
+}
+
+/// An ADD's result from what memorize did with it.
+fn added(outcome: MemorizeOutcome, text: String, why: String) -> MergeResult {
+    match outcome.effect {
+        Effect::Applied => {
+            MergeResult { id: outcome.atom_id, memory: text, event: MergeEvent::Add, previous_memory: None, reason: None, why: Some(why) }
+        }
+        Effect::NoOp => MergeResult {
+            id: outcome.deduped_with,
+            memory: text,
+            event: MergeEvent::None,
+            previous_memory: None,
+            reason: None,
+            why: Some("already stored (memorize found the duplicate)".to_owned()),
+        },
+        Effect::Rejected => {
+            MergeResult { id: None, memory: text, event: MergeEvent::None, previous_memory: None, reason: outcome.reason, why: Some(why) }
+        }
     }
 }
 
@@ -572,7 +713,7 @@ mod decisions {
     }
 
     fn active(memory: &Memory, caller: &Caller) -> Vec<String> {
-        memory.known(caller).unwrap().into_iter().map(|k| k.atom.content).collect()
+        memory.known(caller).unwrap().into_iter().map(|k| k.content).collect()
     }
 
     use MergeEvent::{Add, Delete, None as Nothing, Update};
@@ -655,6 +796,112 @@ mod decisions {
         assert_eq!(planned[0].previous_memory.as_deref(), Some("Lives in Portland"));
         assert!(planned[0].why.as_deref().unwrap_or_default().contains("home"), "{planned:?}");
         assert_eq!(active(&memory, &caller), ["Lives in Portland"]);
+    }
+}
+
+#[cfg(test)]
+mod batched {
+    use super::*;
+    use crate::extract::{Extractor, Message, RuleExtractor};
+    use crate::scope::Scope;
+
+    /// What a merge did, with ids replaced by the position of the fact that
+    /// first named them (`None`: a memory from before the merge).
+    pub(crate) fn shape(results: &[MergeResult]) -> Vec<(MergeEvent, String, Option<String>, Option<usize>)> {
+        results
+            .iter()
+            .map(|r| {
+                let first = r.id.as_ref().and_then(|id| results.iter().position(|o| o.id.as_ref() == Some(id)));
+                (r.event, r.memory.clone(), r.previous_memory.clone(), first)
+            })
+            .collect()
+    }
+
+    fn facts(messages: &[&str]) -> Vec<String> {
+        let messages: Vec<Message> = messages.iter().map(|m| Message { role: "user".to_owned(), content: (*m).to_owned() }).collect();
+        RuleExtractor.extract(&messages).unwrap()
+    }
+
+    #[test]
+    fn one_add_decides_each_fact_against_the_facts_before_it() {
+        let mut said = facts(&[
+            "Hi! I live in Portland.",
+            "I play the piano. I also have a beagle.",
+            "Big news: we just moved to Denver!",
+            "Honestly I don't play piano anymore.",
+            "Thanks a lot!",
+            "我喜欢喝咖啡。",
+            "我不再喜欢喝咖啡。",
+            "私は納豆が好きです。",
+            "エディタはVimを使っています。",
+            "最近VS Codeに乗り換えました。",
+        ]);
+        // A fact said twice in one add (the extractor keeps one of two in one chat).
+        said.insert(3, said[1].clone());
+        let scope = || Scope::tenant("t").with_workspace("u").with_repository("agent");
+        let caller = Caller::new(scope(), "test");
+        // The same facts, one merge each.
+        let alone = Memory::open_in_memory().unwrap();
+        let one_by_one: Vec<MergeResult> =
+            said.iter().flat_map(|f| alone.merge_facts(&caller, std::slice::from_ref(f), "user").unwrap()).collect();
+        let together = Memory::open_in_memory().unwrap();
+        let batched = together.merge_facts(&caller, &said, "user").unwrap();
+        assert_eq!(shape(&batched), shape(&one_by_one));
+        let events: Vec<MergeEvent> = batched.iter().map(|r| r.event).collect();
+        use MergeEvent::{Add, Delete, None as Nothing, Update};
+        assert_eq!(events, [Add, Add, Add, Nothing, Update, Delete, Add, Delete, Add, Add, Update], "{batched:#?}");
+        for r in &batched {
+            let named = format!("{:?} {:?}", r.id, r.why);
+            assert!(!named.contains(UNWRITTEN), "a result names a fact before it was written: {r:?}");
+        }
+        // The piano the cessation ended is the one the add wrote.
+        assert_eq!(batched[5].id, batched[1].id);
+        assert_eq!(batched[3].id, batched[1].id, "the repeated fact is the written one");
+        let active = |memory: &Memory| {
+            let mut contents: Vec<String> = memory.known(&caller).unwrap().into_iter().map(|k| k.content).collect();
+            contents.sort();
+            contents
+        };
+        assert_eq!(active(&together), active(&alone));
+        // The history of the update holds the memory the same add wrote.
+        let head = batched[4].id.clone().unwrap();
+        assert_eq!(together.history(&caller, &head).unwrap().chain.len(), 2);
+    }
+
+    #[test]
+    fn an_add_memorize_declines_is_not_taken_for_written() {
+        // A memory of another branch of the repository: the merge does not
+        // see it (exactly its scope), memorize's dedup does.
+        let scope = || Scope::tenant("t").with_workspace("u").with_repository("agent");
+        let caller = Caller::new(scope().with_branch("main"), "test");
+        let elsewhere = Caller::new(scope().with_branch("other"), "test");
+        let said = facts(&["I play the piano.", "I also have a beagle.", "Honestly I don't play piano anymore.", "I play the piano."]);
+        let mut shapes = Vec::new();
+        for together in [false, true] {
+            let memory = Memory::open_in_memory().unwrap();
+            let seeded = memory.memorize(&elsewhere, MemorizeRequest::new("Plays the piano")).unwrap();
+            let results: Vec<MergeResult> = if together {
+                memory.merge_facts(&caller, &said, "user").unwrap()
+            } else {
+                said.iter().flat_map(|f| memory.merge_facts(&caller, std::slice::from_ref(f), "user").unwrap()).collect()
+            };
+            assert_eq!(results[0].id, seeded.atom_id, "{results:#?}");
+            assert_eq!(results[0].event, MergeEvent::None, "memorize found it: {results:#?}");
+            assert!(results[0].why.as_deref().unwrap_or_default().contains("already stored"), "{results:#?}");
+            assert!(results.iter().all(|r| !r.id.as_deref().unwrap_or_default().starts_with(UNWRITTEN)), "{results:#?}");
+            shapes.push(shape(&results));
+        }
+        assert_eq!(shapes[1], shapes[0]);
+    }
+
+    #[test]
+    fn a_dry_run_still_decides_each_fact_against_the_stored_memories_only() {
+        let memory = Memory::open_in_memory().unwrap();
+        let caller = Caller::new(Scope::tenant("t"), "test");
+        let said = facts(&["I live in Portland.", "We just moved to Denver!"]);
+        let planned = memory.merge_facts_with(&caller, &said, "user", true).unwrap();
+        assert_eq!(planned.iter().map(|r| r.event).collect::<Vec<_>>(), [MergeEvent::Add, MergeEvent::Add]);
+        assert!(memory.known(&caller).unwrap().is_empty(), "nothing written");
     }
 }
 

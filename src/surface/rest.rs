@@ -550,25 +550,25 @@ async fn add(
             return Ok(axum::Json(AddResponse { results, warnings: Vec::new() }));
         }
         if request.infer == Some(false) {
-            let mut results = Vec::new();
-            for message in request.messages.iter().filter(|m| m.role != "system") {
-                let outcome = memory.memorize(
-                    &caller,
-                    MemorizeRequest::new(message.content.clone()).with_source(if message.role == "user" { "user" } else { "agent" }),
-                )?;
-                let (id, event) = match outcome.effect {
-                    Effect::Applied => (outcome.atom_id, MergeEvent::Add),
-                    _ => (outcome.deduped_with, MergeEvent::None),
-                };
-                results.push(MergeResult {
-                    id,
-                    memory: message.content.clone(),
-                    event,
-                    previous_memory: None,
-                    reason: outcome.reason,
-                    why: None,
-                });
-            }
+            // Each message as it is, written together (one embedding batch
+            // per model), each deduplicated as a lone memorize would be.
+            let messages: Vec<&Message> = request.messages.iter().filter(|m| m.role != "system").collect();
+            let requests = messages
+                .iter()
+                .map(|m| MemorizeRequest::new(m.content.clone()).with_source(if m.role == "user" { "user" } else { "agent" }))
+                .collect();
+            let outcomes = memory.memorize_many(&caller, requests)?;
+            let results = messages
+                .into_iter()
+                .zip(outcomes)
+                .map(|(message, outcome)| {
+                    let (id, event) = match outcome.effect {
+                        Effect::Applied => (outcome.atom_id, MergeEvent::Add),
+                        _ => (outcome.deduped_with, MergeEvent::None),
+                    };
+                    MergeResult { id, memory: message.content.clone(), event, previous_memory: None, reason: outcome.reason, why: None }
+                })
+                .collect();
             return Ok(axum::Json(AddResponse { results, warnings: Vec::new() }));
         }
         let extraction = crate::extract::extract_with_fallback(extractor.as_deref(), &request.messages)

@@ -158,6 +158,28 @@ fn a_preference_changed_twice_leaves_one_memory_and_a_two_step_chain() {
         (Some("ADD"), Some("Hello! I prefer tabs.")),
         "{raw}"
     );
+    // Several messages are written together; each is still deduplicated,
+    // against the store and against the messages before it.
+    let several = http(
+        "POST",
+        &api(&served, "/add"),
+        Some(&json!({"infer": false, "agent_id": "raw", "messages": [
+            {"role": "user", "content": "Hello! I prefer tabs."},
+            {"role": "user", "content": "我每天早上喝绿茶。"},
+            {"role": "assistant", "content": "了解しました。毎朝緑茶ですね。"},
+            {"role": "user", "content": "我每天早上喝绿茶。"},
+        ]})),
+    )
+    .1;
+    let events: Vec<(&str, &str)> = several["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["event"].as_str().unwrap_or_default(), r["id"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(events.iter().map(|e| e.0).collect::<Vec<_>>(), ["NONE", "ADD", "ADD", "NONE"], "{several}");
+    assert_eq!(events[0].1, raw["results"][0]["id"].as_str().unwrap(), "the stored one: {several}");
+    assert_eq!(events[3].1, events[1].1, "the earlier message of the add: {several}");
     // DELETE / negates every memory of one scope only.
     let (status, gone) = http("DELETE", &api(&served, "?user_id=alice&agent_id=editor"), None);
     assert_eq!((status, gone["deleted"].as_u64()), (200, Some(1)), "{gone}");
