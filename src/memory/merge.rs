@@ -446,7 +446,6 @@ impl Memory {
                 })
                 .collect());
         }
-        self.warm_similarities(facts, &mut known);
         // Each fact's result; an ADD's is filled in when the batch is written.
         let mut results: Vec<Option<MergeResult>> = Vec::with_capacity(facts.len());
         let mut adds: Vec<(usize, Plan)> = Vec::new();
@@ -515,47 +514,15 @@ impl Memory {
         Ok(())
     }
 
-    /// Embeds, in one batch, the texts the decisions will probably compare
-    /// with the sentence model (step 9 of [`plan`]), so that each decision
-    /// finds them in the model's cache: the facts are decided once without
-    /// the model, each ADD joining `known` as it would, and every text they
-    /// asked about is embedded. `known` is left as it was.
-    fn warm_similarities(&self, facts: &[String], known: &mut Vec<Known>) {
-        let Some(model) = self.indexes().semantic().first() else { return };
-        let asked = std::cell::RefCell::new(Vec::<String>::new());
-        let record = |text: &str, others: &[&str]| {
-            let mut asked = asked.borrow_mut();
-            asked.extend(std::iter::once(text).chain(others.iter().copied()).map(str::to_owned));
-            None
-        };
-        let mut added = 0;
-        for fact in facts {
-            let decided = plan(fact, known, &record);
-            if decided.event == MergeEvent::Add {
-                known.insert(0, Known::unwritten(added, &decided.text));
-                added += 1;
-            }
-        }
-        known.drain(..added);
-        let mut asked = asked.into_inner();
-        let mut seen = HashSet::new();
-        asked.retain(|text| seen.insert(text.clone()));
-        if asked.len() > 1 {
-            let texts: Vec<&str> = asked.iter().map(String::as_str).collect();
-            if let Err(error) = model.embed_queries(&texts) {
-                tracing::debug!(%error, "warming the merge's similarities failed; each decision embeds its own");
-            }
-        }
-    }
-
     /// Cosines of `text` with each of `others` under the first sentence
-    /// model, if one is loaded: the texts not seen lately embedded in one batch.
+    /// model, if one is loaded. Each text is embedded alone (or found in the
+    /// model's cache): a batch runs other kernels, whose last digits differ,
+    /// and a decision at the threshold must not depend on how many facts
+    /// came in one add.
     fn similarities(&self, text: &str, others: &[&str]) -> Option<Vec<f32>> {
         let model = self.indexes().semantic().first()?;
-        let texts: Vec<&str> = std::iter::once(text).chain(others.iter().copied()).collect();
-        let vectors = model.embed_queries(&texts).ok()?;
-        let (mine, theirs) = vectors.split_first()?;
-        (theirs.len() == others.len()).then(|| theirs.iter().map(|v| v.iter().zip(mine).map(|(p, q)| p * q).sum()).collect())
+        let mine = model.embed_query(text).ok()?;
+        others.iter().map(|other| model.embed_query(other).ok().map(|theirs| theirs.iter().zip(&mine).map(|(p, q)| p * q).sum())).collect()
     }
 
     /// The active memories of exactly the caller's scope, newest first.
