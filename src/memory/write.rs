@@ -273,7 +273,12 @@ impl Memory {
     /// `memory_memorize`: stores one memory, or says why not.
     #[tracing::instrument(skip(self, request), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor))]
     pub fn memorize(&self, caller: &Caller, request: MemorizeRequest) -> Result<MemorizeOutcome> {
-        let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        let caller = Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        self.memorize_alone(&caller, request)
+    }
+
+    /// One call, written alone (its caller normalized).
+    fn memorize_alone(&self, caller: &Caller, request: MemorizeRequest) -> Result<MemorizeOutcome> {
         match self.prepare_memorize(caller, request, &std::collections::HashMap::new())? {
             Prepared::Answered(outcome) => Ok(outcome),
             Prepared::New(new) => {
@@ -282,6 +287,91 @@ impl Memory {
                 Ok(new.outcome())
             }
         }
+    }
+
+    /// Several `memorize` calls that arrived together (a burst of tool
+    /// calls), possibly of several callers: each answered as if made alone,
+    /// in this order; each caller's new memories embedded in one batch per
+    /// model and written together ([`Memory::memorize_together`]). One call
+    /// is written alone, as `memorize` does. A call's failure (its scope,
+    /// its request) is its own.
+    #[tracing::instrument(skip_all, fields(calls = calls.len()))]
+    pub(crate) fn memorize_calls(&self, calls: Vec<(Caller, MemorizeRequest)>) -> Vec<Result<MemorizeOutcome>> {
+        // Each caller's calls, callers in the order they first came.
+        let mut callers: Vec<(Caller, Vec<(usize, MemorizeRequest)>)> = Vec::new();
+        let mut answers: Vec<(usize, Result<MemorizeOutcome>)> = Vec::with_capacity(calls.len());
+        let alone = calls.len() == 1;
+        for (at, (caller, request)) in calls.into_iter().enumerate() {
+            let caller = match caller.scope.clone().normalized() {
+                Ok(scope) => Caller { scope, actor: caller.actor },
+                Err(error) => {
+                    answers.push((at, Err(error.into())));
+                    continue;
+                }
+            };
+            match callers.iter_mut().find(|(c, _)| *c == caller) {
+                Some((_, mine)) => mine.push((at, request)),
+                None => callers.push((caller, vec![(at, request)])),
+            }
+        }
+        for (caller, mine) in callers {
+            let (at, requests): (Vec<usize>, Vec<MemorizeRequest>) = mine.into_iter().unzip();
+            let written = if alone {
+                requests.into_iter().map(|request| self.memorize_alone(&caller, request)).collect()
+            } else {
+                self.memorize_together(&caller, requests)
+            };
+            answers.extend(at.into_iter().zip(written));
+        }
+        answers.sort_by_key(|(at, _)| *at);
+        answers.into_iter().map(|(_, answer)| answer).collect()
+    }
+
+    /// One caller's calls of a burst (normalized): each checked and deduplicated as
+    /// alone (also against the earlier ones), the new memories embedded in
+    /// one batch per model and written in one transaction per
+    /// [`MEMORIZE_BATCH`]. A transaction that fails is retried one call at
+    /// a time, so that each call gets its own answer.
+    fn memorize_together(&self, caller: &Caller, requests: Vec<MemorizeRequest>) -> Vec<Result<MemorizeOutcome>> {
+        let mut answers = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(MEMORIZE_BATCH) {
+            let mut seen: std::collections::HashMap<String, AtomId> = std::collections::HashMap::new();
+            let mut prepared: Vec<Result<Prepared>> = Vec::with_capacity(chunk.len());
+            for request in chunk {
+                let item = self.prepare_memorize(caller, request.clone(), &seen);
+                if let Ok(Prepared::New(new)) = &item {
+                    seen.insert(new.hash.clone(), new.atom.id);
+                }
+                prepared.push(item);
+            }
+            let mutations: Vec<Mutation<'_>> = prepared
+                .iter()
+                .filter_map(|item| match item {
+                    Ok(Prepared::New(new)) => {
+                        Some(Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") })
+                    }
+                    _ => None,
+                })
+                .collect();
+            let fresh = mutations.len();
+            let written = if fresh == 0 { Ok(Vec::new()) } else { self.apply_all(caller, mutations, super::FailAfter::default()) };
+            match written {
+                Ok(_) => {
+                    tracing::info!(memorized = fresh, calls = chunk.len(), "memorized a burst");
+                    answers.extend(prepared.into_iter().map(|item| {
+                        item.map(|p| match p {
+                            Prepared::Answered(outcome) => outcome,
+                            Prepared::New(new) => new.outcome(),
+                        })
+                    }));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, calls = chunk.len(), "a burst's write failed; its calls are written one at a time");
+                    answers.extend(chunk.iter().map(|request| self.memorize_alone(caller, request.clone())));
+                }
+            }
+        }
+        answers
     }
 
     /// Several `memorize` requests of one caller (bulk import, evaluation

@@ -581,6 +581,29 @@ impl ToolCall {
         };
         value.map_err(|e| ToolError::Internal(format!("cannot encode the result: {e}")))
     }
+
+    /// Runs calls that arrived together, each for its caller, answering
+    /// each as [`ToolCall::run`] would: the `memory_memorize` calls through
+    /// [`Memory::memorize_calls`] (each caller's new memories embedded and
+    /// written together), any other call on its own.
+    pub(crate) fn run_burst(memory: &Memory, calls: Vec<(ToolCall, Caller)>) -> Vec<Result<Value, ToolError>> {
+        let mut answers: Vec<(usize, Result<Value, ToolError>)> = Vec::with_capacity(calls.len());
+        let mut memorize: Vec<(usize, (Caller, MemorizeRequest))> = Vec::new();
+        for (at, (call, caller)) in calls.into_iter().enumerate() {
+            match call {
+                ToolCall::Memorize(a) => memorize.push((at, (caller, memorize_request(a.content, a.source)))),
+                other => answers.push((at, other.run(memory, &caller))),
+            }
+        }
+        let (at, memorize): (Vec<usize>, Vec<(Caller, MemorizeRequest)>) = memorize.into_iter().unzip();
+        let outcomes = memory
+            .memorize_calls(memorize)
+            .into_iter()
+            .map(|outcome| serde_json::to_value(outcome?).map_err(|e| ToolError::Internal(format!("cannot encode the result: {e}"))));
+        answers.extend(at.into_iter().zip(outcomes));
+        answers.sort_by_key(|(at, _)| *at);
+        answers.into_iter().map(|(_, answer)| answer).collect()
+    }
 }
 
 #[cfg(test)]

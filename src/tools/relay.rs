@@ -199,6 +199,17 @@ impl SharedMemory {
         }
     }
 
+    /// [`SharedMemory::call`] for calls that arrived together: in this
+    /// process, through [`ToolCall::run_burst`]; relayed, one by one.
+    pub(crate) fn call_burst(&self, calls: Vec<(ToolCall, Caller)>) -> Vec<Result<Value, ToolError>> {
+        if let Some(memory) = self.local() {
+            let answers = ToolCall::run_burst(&memory, calls);
+            commit_usage_after(&memory);
+            return answers;
+        }
+        calls.into_iter().map(|(call, caller)| self.call(call, &caller)).collect()
+    }
+
     /// Flushes the store when this process owns it.
     pub(crate) fn flush(&self) -> Result<(), MemoryError> {
         match self.local() {

@@ -3,6 +3,7 @@
 //! the facade (into the store), so they live in the crate.
 
 mod audit;
+mod burst;
 mod cards;
 mod queries;
 mod reopen;
