@@ -207,6 +207,15 @@ impl SharedMemory {
             commit_usage_after(&memory);
             return answers;
         }
+        if calls.len() > 1
+            && let Ok(answers) = relay_burst(&socket_path(&self.dir), &calls)
+            && answers.len() == calls.len()
+        {
+            return answers;
+        }
+        // No owner to take it (or an older one): one by one, which takes the
+        // store over if need be. Memorize calls are idempotent, so a burst
+        // the owner ran before its answer was lost is answered again the same.
         calls.into_iter().map(|(call, caller)| self.call(call, &caller)).collect()
     }
 
@@ -220,20 +229,55 @@ impl SharedMemory {
 }
 
 /// Sends one call to the owner. An I/O error means no owner answered.
-fn relay(socket: &Path, call: &ToolCall, caller: &Caller) -> std::io::Result<Result<Value, ToolError>> {
+impl Request {
+    fn new(call: &ToolCall, caller: &Caller) -> Request {
+        Request {
+            tool: call.name().to_owned(),
+            arguments: call.arguments(),
+            scope: WireScope {
+                tenant_id: caller.scope.tenant_id.clone(),
+                workspace: caller.scope.workspace.clone(),
+                repository: caller.scope.repository.clone(),
+                branch: caller.scope.branch.clone(),
+            },
+            actor: caller.actor.clone(),
+        }
+    }
+
+    /// The call and the caller it was sent for.
+    fn call(self) -> (Result<ToolCall, ToolError>, Caller) {
+        let scope = Scope {
+            tenant_id: self.scope.tenant_id,
+            workspace: self.scope.workspace,
+            repository: self.scope.repository,
+            branch: self.scope.branch,
+        };
+        (ToolCall::decode(&self.tool, self.arguments), Caller::new(scope, self.actor))
+    }
+}
+
+impl From<Result<Value, ToolError>> for Response {
+    fn from(answer: Result<Value, ToolError>) -> Response {
+        match answer {
+            Ok(value) => Response::Ok(value),
+            Err(error) => Response::Error(error),
+        }
+    }
+}
+
+impl From<Response> for Result<Value, ToolError> {
+    fn from(response: Response) -> Result<Value, ToolError> {
+        match response {
+            Response::Ok(value) => Ok(value),
+            Response::Error(error) => Err(error),
+        }
+    }
+}
+
+/// Sends one JSON line to the owner and reads its one-line answer.
+fn exchange<T: serde::de::DeserializeOwned>(socket: &Path, request: &impl Serialize) -> std::io::Result<T> {
     let mut stream = UnixStream::connect(socket)?;
-    let request = Request {
-        tool: call.name().to_owned(),
-        arguments: call.arguments(),
-        scope: WireScope {
-            tenant_id: caller.scope.tenant_id.clone(),
-            workspace: caller.scope.workspace.clone(),
-            repository: caller.scope.repository.clone(),
-            branch: caller.scope.branch.clone(),
-        },
-        actor: caller.actor.clone(),
-    };
-    let mut line = serde_json::to_vec(&request).map_err(std::io::Error::other)?;
+    let mut line = serde_json::to_vec(request).map_err(std::io::Error::other)?;
     line.push(b'\n');
     stream.write_all(&line)?;
     stream.flush()?;
@@ -242,10 +286,18 @@ fn relay(socket: &Path, call: &ToolCall, caller: &Caller) -> std::io::Result<Res
     if reader.read_line(&mut answer)? == 0 {
         return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the store's owner closed the connection"));
     }
-    match serde_json::from_str(&answer).map_err(std::io::Error::other)? {
-        Response::Ok(value) => Ok(Ok(value)),
-        Response::Error(error) => Ok(Err(error)),
-    }
+    serde_json::from_str(&answer).map_err(std::io::Error::other)
+}
+
+fn relay(socket: &Path, call: &ToolCall, caller: &Caller) -> std::io::Result<Result<Value, ToolError>> {
+    exchange::<Response>(socket, &Request::new(call, caller)).map(Into::into)
+}
+
+/// Relays calls that arrived together as one line (a JSON array), which
+/// the owner runs together ([`ToolCall::run_burst`]); answers in order.
+fn relay_burst(socket: &Path, calls: &[(ToolCall, Caller)]) -> std::io::Result<Vec<Result<Value, ToolError>>> {
+    let requests: Vec<Request> = calls.iter().map(|(call, caller)| Request::new(call, caller)).collect();
+    Ok(exchange::<Vec<Response>>(socket, &requests)?.into_iter().map(Into::into).collect())
 }
 
 fn serve(listener: UnixListener, memory: Arc<Memory>, stop: Arc<AtomicBool>) {
@@ -271,24 +323,44 @@ fn answer(stream: UnixStream, memory: &Arc<Memory>) -> std::io::Result<()> {
     let mut reader = BufReader::new(std::io::Read::take(stream.try_clone()?, MAX_LINE_BYTES));
     let mut line = String::new();
     reader.read_line(&mut line)?;
-    let response = match serde_json::from_str::<Request>(&line) {
-        Err(error) => Response::Error(ToolError::Invalid { field: None, message: format!("malformed relay request: {error}") }),
-        Ok(request) => {
-            let scope = Scope {
-                tenant_id: request.scope.tenant_id,
-                workspace: request.scope.workspace,
-                repository: request.scope.repository,
-                branch: request.scope.branch,
-            };
-            let caller = Caller::new(scope, request.actor);
-            let _span = tracing::info_span!("relayed", tool = %request.tool).entered();
-            match ToolCall::decode(&request.tool, request.arguments).and_then(|call| call.run(memory, &caller)) {
-                Ok(value) => Response::Ok(value),
-                Err(error) => Response::Error(error),
+    let malformed = |error: serde_json::Error| ToolError::Invalid { field: None, message: format!("malformed relay request: {error}") };
+    let mut out = if line.trim_start().starts_with('[') {
+        // Calls that arrived together at the guest: run together here.
+        let responses: Vec<Response> = match serde_json::from_str::<Vec<Request>>(&line) {
+            Err(error) => vec![Response::Error(malformed(error))],
+            Ok(requests) => {
+                let _span = tracing::info_span!("relayed_burst", calls = requests.len()).entered();
+                let mut answers: Vec<Option<Result<Value, ToolError>>> = Vec::with_capacity(requests.len());
+                let mut runnable = Vec::new();
+                let mut slots = Vec::new();
+                for (at, request) in requests.into_iter().enumerate() {
+                    match request.call() {
+                        (Ok(call), caller) => {
+                            runnable.push((call, caller));
+                            slots.push(at);
+                            answers.push(None);
+                        }
+                        (Err(error), _) => answers.push(Some(Err(error))),
+                    }
+                }
+                for (at, answer) in slots.into_iter().zip(ToolCall::run_burst(memory, runnable)) {
+                    answers[at] = Some(answer);
+                }
+                answers.into_iter().flatten().map(Response::from).collect()
             }
-        }
+        };
+        serde_json::to_vec(&responses).map_err(std::io::Error::other)?
+    } else {
+        let response = match serde_json::from_str::<Request>(&line) {
+            Err(error) => Response::Error(malformed(error)),
+            Ok(request) => {
+                let _span = tracing::info_span!("relayed", tool = %request.tool).entered();
+                let (call, caller) = request.call();
+                call.and_then(|call| call.run(memory, &caller)).into()
+            }
+        };
+        serde_json::to_vec(&response).map_err(std::io::Error::other)?
     };
-    let mut out = serde_json::to_vec(&response).map_err(std::io::Error::other)?;
     out.push(b'\n');
     let mut stream = stream;
     stream.write_all(&out)?;

@@ -5,6 +5,7 @@ Usage:
   mcp_session.py session http URL
   mcp_session.py two-repos HMG STORE REPO_A REPO_B PLAIN_DIR
   mcp_session.py burst HMG STORE CWD
+  mcp_session.py guest-burst HMG STORE CWD
   mcp_session.py call HMG STORE CWD TOOL ARGUMENTS_JSON   (prints the result as JSON)
 
 Every step asserts on the structured results; any failure exits non-zero with
@@ -230,39 +231,58 @@ async def burst(hmg, store, cwd):
     the server writes them together; each must be answered as if alone."""
     async with stdio_session(hmg, store, cwd) as session:
         await session.initialize()
-        distinct = []
-        for i in range(20):
-            distinct += [f"Deploy window {i} for the billing service is Tuesday at {i % 12 + 1} pm",
-                         f"第{i}号服务的负责人是王芳，值班电话在运维手册里",
-                         f"ステージング環境{i}のデータベースは毎晩三時にリセットされます"]
-        twice = [distinct[0], distinct[31], distinct[59]]
-        secret = "The staging deploy key is ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-        calls = [{"content": c, "source": "agent"} for c in distinct] + [{"content": c} for c in twice]
-        calls += [{"content": "   "}, {"content": secret}]
-        results = await asyncio.gather(*[ok(session, "memory_memorize", a, f"burst call {n}") for n, a in enumerate(calls)])
-        by_content = {}
-        for arguments, result in zip(calls, results):
-            by_content.setdefault(arguments["content"], []).append(result)
-        for content in distinct:
-            answers = by_content[content]
-            applied = [r for r in answers if r["effect"] == "applied"]
-            check(len(applied) == 1, f"one write applied for {content!r}", answers)
-            for r in answers:
-                if r["effect"] != "applied":
-                    check(r["effect"] == "no_op" and r.get("deduped_with") == applied[0]["atom_id"], "the repeat names the write", answers)
-        check(by_content["   "][0]["effect"] == "rejected" and "empty" in by_content["   "][0]["reason"], "blank content rejected", by_content["   "])
-        redacted = by_content[secret][0]
-        check(redacted["effect"] == "applied" and redacted.get("redactions"), "the secret is redacted", redacted)
-        ids = {r["atom_id"] for r in results if r["effect"] == "applied"}
-        check(len(ids) == len(distinct) + 1, "one atom per distinct memory", sorted(ids))
-        stats = await ok(session, "memory_stats", {}, "stats after the burst")
-        check(stats["atoms"] == len(distinct) + 1, "the store holds them all", stats)
-        hits = await ok(session, "memory_recall", {"query": "第7号服务的负责人是谁"}, "recall after the burst")
-        check(any("第7号服务" in a["content"] for a in hits["atoms"]), "a memory of the burst is recalled", hits)
-        # The burst is over: a lone call is answered on its own.
-        alone = await ok(session, "memory_memorize", {"content": "A lone memory after the burst"}, "lone call")
-        check(alone["effect"] == "applied", "lone call applied", alone)
+        await burst_on(session)
     print("burst ok")
+
+
+async def guest_burst(hmg, store, cwd):
+    """The same burst from a server that does not hold the store: relayed
+    to the one that does, as one message, and written there together."""
+    async with stdio_session(hmg, store, cwd) as owner:
+        await owner.initialize()
+        await ok(owner, "memory_stats", {}, "the owner opens the store")
+        async with stdio_session(hmg, store, cwd) as guest:
+            await guest.initialize()
+            await burst_on(guest)
+        seen = await ok(owner, "memory_recall", {"query": "ステージング環境3のデータベース"}, "the owner sees the guest's burst")
+        check(any("ステージング環境3" in a["content"] for a in seen["atoms"]), "the owner recalls a memory of the burst", seen)
+    print("guest burst ok")
+
+
+async def burst_on(session):
+    """Sixty-five memory_memorize calls at once, each checked as if alone."""
+    distinct = []
+    for i in range(20):
+        distinct += [f"Deploy window {i} for the billing service is Tuesday at {i % 12 + 1} pm",
+                     f"第{i}号服务的负责人是王芳，值班电话在运维手册里",
+                     f"ステージング環境{i}のデータベースは毎晩三時にリセットされます"]
+    twice = [distinct[0], distinct[31], distinct[59]]
+    secret = "The staging deploy key is ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    calls = [{"content": c, "source": "agent"} for c in distinct] + [{"content": c} for c in twice]
+    calls += [{"content": "   "}, {"content": secret}]
+    results = await asyncio.gather(*[ok(session, "memory_memorize", a, f"burst call {n}") for n, a in enumerate(calls)])
+    by_content = {}
+    for arguments, result in zip(calls, results):
+        by_content.setdefault(arguments["content"], []).append(result)
+    for content in distinct:
+        answers = by_content[content]
+        applied = [r for r in answers if r["effect"] == "applied"]
+        check(len(applied) == 1, f"one write applied for {content!r}", answers)
+        for r in answers:
+            if r["effect"] != "applied":
+                check(r["effect"] == "no_op" and r.get("deduped_with") == applied[0]["atom_id"], "the repeat names the write", answers)
+    check(by_content["   "][0]["effect"] == "rejected" and "empty" in by_content["   "][0]["reason"], "blank content rejected", by_content["   "])
+    redacted = by_content[secret][0]
+    check(redacted["effect"] == "applied" and redacted.get("redactions"), "the secret is redacted", redacted)
+    ids = {r["atom_id"] for r in results if r["effect"] == "applied"}
+    check(len(ids) == len(distinct) + 1, "one atom per distinct memory", sorted(ids))
+    stats = await ok(session, "memory_stats", {}, "stats after the burst")
+    check(stats["atoms"] == len(distinct) + 1, "the store holds them all", stats)
+    hits = await ok(session, "memory_recall", {"query": "第7号服务的负责人是谁"}, "recall after the burst")
+    check(any("第7号服务" in a["content"] for a in hits["atoms"]), "a memory of the burst is recalled", hits)
+    # The burst is over: a lone call is answered on its own.
+    alone = await ok(session, "memory_memorize", {"content": "A lone memory after the burst"}, "lone call")
+    check(alone["effect"] == "applied", "lone call applied", alone)
 
 
 async def main(argv):
@@ -281,6 +301,8 @@ async def main(argv):
             print(json.dumps({"is_error": bool(result.is_error), "structured": result.structured_content, "text": texts}, ensure_ascii=False))
     elif mode == "burst":
         await burst(*argv[2:5])
+    elif mode == "guest-burst":
+        await guest_burst(*argv[2:5])
     elif mode == "two-repos":
         await two_repos(*argv[2:7])
     else:

@@ -127,15 +127,19 @@ fn python_client_runs_a_whole_session_over_stdio() {
 /// (one embedding batch, one transaction); each is still answered as if
 /// alone: repeats name the write they repeat, a blank one is rejected, a
 /// secret is redacted, and the store holds exactly one atom per memory.
+/// Sent to the server that holds the store (`burst`), and to a second one
+/// that relays them to it as one message (`guest-burst`).
 #[test]
 fn a_burst_of_memorize_calls_is_answered_as_if_each_came_alone() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let out = python(&["burst", hmg_bin(), store.to_str().unwrap(), tmp.path().to_str().unwrap()]);
-    assert_success(&out, "burst");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("burst ok"));
-    let verify = crate::cli::hmg(&store, tmp.path(), &["audit", "verify"]);
-    assert_eq!(verify.status.code(), Some(0), "{}", String::from_utf8_lossy(&verify.stdout));
+    for mode in ["burst", "guest-burst"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        let out = python(&[mode, hmg_bin(), store.to_str().unwrap(), tmp.path().to_str().unwrap()]);
+        assert_success(&out, mode);
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{} ok", mode.replace('-', " "))), "{mode}");
+        let verify = crate::cli::hmg(&store, tmp.path(), &["audit", "verify"]);
+        assert_eq!(verify.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&verify.stdout));
+    }
 }
 
 #[test]
