@@ -27,9 +27,11 @@ pub(crate) const TOOL_NAMES: &[&str] =
     &["memory_memorize", "memory_recall", "memory_correct", "memory_govern", "memory_handoff", "memory_stats", "reflect"];
 
 /// Why a tool call failed. `Invalid` is the caller's to fix (an MCP tool
-/// result with `isError: true`); `Internal` is ours.
+/// result with `isError: true`); `Internal` is ours. Serialized (for the
+/// relay) as `{"kind", "detail"}`: an internal tag alone cannot hold the
+/// variants that carry only a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum ToolError {
     /// The arguments or the request cannot be carried out as sent.
     #[error("{message}")]
@@ -633,6 +635,23 @@ mod tests {
                 assert!(message.contains("negate"), "{message}");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every error crosses the relay: each kind survives JSON both ways.
+    #[test]
+    fn every_tool_error_round_trips_through_json() {
+        let errors = [
+            ToolError::Invalid { field: Some("content".to_owned()), message: "empty".to_owned() },
+            ToolError::Invalid { field: None, message: "malformed".to_owned() },
+            ToolError::UnknownTool("memory_teleport".to_owned()),
+            ToolError::Forbidden("another owner's atom".to_owned()),
+            ToolError::Internal("a bug".to_owned()),
+            ToolError::Unavailable("the store is busy".to_owned()),
+        ];
+        for error in errors {
+            let json = serde_json::to_string(&error).unwrap_or_else(|e| panic!("{error:?}: {e}"));
+            assert_eq!(serde_json::from_str::<ToolError>(&json).unwrap(), error, "{json}");
         }
     }
 

@@ -447,6 +447,47 @@ mod tests {
         assert!(!memory.usage_due());
     }
 
+    /// What the owner answers to one line on its socket.
+    fn owner_answers(memory: &Arc<Memory>, line: &str) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let (mut guest, owner) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        guest.write_all(format!("{line}\n").as_bytes()).expect("write");
+        super::answer(owner, memory).expect("answered");
+        let mut reply = String::new();
+        std::io::BufReader::new(guest).read_line(&mut reply).expect("read");
+        serde_json::from_str(&reply).expect("a JSON answer")
+    }
+
+    /// A burst relayed as one line is answered call by call, in order: a
+    /// call that cannot be decoded fails alone; a malformed line is one error.
+    #[test]
+    fn a_relayed_burst_is_answered_call_by_call() {
+        let memory = Arc::new(Memory::open_in_memory().expect("store"));
+        let request = |tool: &str, arguments: serde_json::Value| {
+            serde_json::json!({"tool": tool, "arguments": arguments, "actor": "guest",
+                "scope": {"tenant_id": "alice", "workspace": "acme", "repository": "api", "branch": null}})
+        };
+        let burst = serde_json::json!([
+            request("memory_memorize", serde_json::json!({"content": "Relayed memory one"})),
+            request("memory_memorize", serde_json::json!({"contents": "a typo"})),
+            request("memory_teleport", serde_json::json!({})),
+            request("memory_memorize", serde_json::json!({"content": "两条记忆中的第二条"})),
+            request("memory_memorize", serde_json::json!({"content": "Relayed memory one"})),
+        ]);
+        let answers = owner_answers(&memory, &burst.to_string());
+        let answers = answers.as_array().expect("an array for an array");
+        assert_eq!(answers.len(), 5, "{answers:?}");
+        assert_eq!(answers[0]["ok"]["effect"], "applied", "{answers:?}");
+        assert!(answers[1]["error"].to_string().contains("contents"), "{answers:?}");
+        assert!(answers[2]["error"].to_string().contains("memory_teleport"), "{answers:?}");
+        assert_eq!(answers[3]["ok"]["effect"], "applied", "{answers:?}");
+        assert_eq!(answers[4]["ok"]["effect"], "no_op", "{answers:?}");
+        assert_eq!(answers[4]["ok"]["deduped_with"], answers[0]["ok"]["atom_id"]);
+        assert_eq!(owner_answers(&memory, "[]"), serde_json::json!([]));
+        let malformed = owner_answers(&memory, "[{\"tool\": 5}");
+        assert!(malformed.as_array().is_some_and(|a| a.len() == 1 && a[0]["error"].to_string().contains("malformed")), "{malformed}");
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     #[allow(unsafe_code)]
