@@ -32,12 +32,16 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# 0: ready; 2: the server exited (its log says why); 1: not ready in 60 s.
 wait_ready() {
   local port="$1" http="$2"
   for _ in $(seq 1 120); do
     if isql-vt "$port" dba dba exec="select 1;" >/dev/null 2>&1 \
       && curl -s -o /dev/null "http://127.0.0.1:$http/sparql?query=ASK%7B%7D"; then
       return 0
+    fi
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      return 2
     fi
     sleep 0.5
   done
@@ -61,24 +65,39 @@ case "$command_name" in
     install_package
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
-    port="$(free_port)"
-    http="$(free_port)"
-    # The packaged configuration, with every file in DIR and our ports; a
-    # result cap far above any test tenant (Virtuoso truncates silently at
-    # ResultSetMaxRows); no refusal on the cost *estimate* (its estimator
-    # refuses the audit chain's OPTIONALs as "exceeds 400 s" on an empty store).
-    sed -e "s#/var/lib/virtuoso-opensource-7/db#$dir#g" \
-        -e "s#^ServerPort *= *1111#ServerPort = $port#" \
-        -e "s#^ServerPort *= *8890#ServerPort = 127.0.0.1:$http#" \
-        -e "s#^DirsAllowed *= *#DirsAllowed = $dir, #" \
-        -e "s#^ResultSetMaxRows *=.*#ResultSetMaxRows = 10000000#" \
-        -e "s#^MaxQueryExecutionTime *=.*#MaxQueryExecutionTime = 0#" \
-        -e "s#^MaxQueryCostEstimationTime *=.*#MaxQueryCostEstimationTime = 0#" \
-        /etc/virtuoso-opensource-7/virtuoso.ini >"$dir/virtuoso.ini"
-    echo "$port" >"$dir/port"
-    echo "$http" >"$dir/http"
-    launch
-    wait_ready "$port" "$http"
+    # A free port can be taken again between the check and Virtuoso's bind
+    # (tests run side by side): then it exits at once, and gets new ports.
+    for attempt in 1 2 3 4 5; do
+      port="$(free_port)"
+      http="$(free_port)"
+      # The packaged configuration, with every file in DIR and our ports; a
+      # result cap far above any test tenant (Virtuoso truncates silently at
+      # ResultSetMaxRows); no refusal on the cost *estimate* (its estimator
+      # refuses the audit chain's OPTIONALs as "exceeds 400 s" on an empty store).
+      sed -e "s#/var/lib/virtuoso-opensource-7/db#$dir#g" \
+          -e "s#^ServerPort *= *1111#ServerPort = $port#" \
+          -e "s#^ServerPort *= *8890#ServerPort = 127.0.0.1:$http#" \
+          -e "s#^DirsAllowed *= *#DirsAllowed = $dir, #" \
+          -e "s#^ResultSetMaxRows *=.*#ResultSetMaxRows = 10000000#" \
+          -e "s#^MaxQueryExecutionTime *=.*#MaxQueryExecutionTime = 0#" \
+          -e "s#^MaxQueryCostEstimationTime *=.*#MaxQueryCostEstimationTime = 0#" \
+          /etc/virtuoso-opensource-7/virtuoso.ini >"$dir/virtuoso.ini"
+      echo "$port" >"$dir/port"
+      echo "$http" >"$dir/http"
+      rm -f "$dir/virtuoso.lck"
+      launch
+      status=0
+      wait_ready "$port" "$http" || status=$?
+      [ "$status" -eq 0 ] && break
+      if [ "$status" -eq 2 ] && grep -q "Failed to start listening" "$dir/virtuoso.log" 2>/dev/null && [ "$attempt" -lt 5 ]; then
+        echo "virtuoso: port $port or $http was taken; trying others" >&2
+        : >"$dir/virtuoso.log"
+        continue
+      fi
+      echo "virtuoso: did not start; log:" >&2
+      tail -20 "$dir/virtuoso.log" >&2 || true
+      exit 1
+    done
     isql-vt "$port" dba dba exec="DB.DBA.USER_CREATE('hmg', 'hmg-test-secret'); GRANT SPARQL_UPDATE TO \"hmg\"; GRANT SPARQL_SELECT TO \"hmg\";" >/dev/null
     echo "export HMG_TEST_VIRTUOSO_QUERY='http://127.0.0.1:$http/sparql-auth'"
     echo "export HMG_TEST_VIRTUOSO_USER='hmg'"
@@ -92,7 +111,11 @@ case "$command_name" in
     for _ in $(seq 1 50); do kill -0 "$(cat "$dir/pid")" 2>/dev/null || break; sleep 0.1; done
     rm -f "$dir/virtuoso.lck"
     launch
-    wait_ready "$port" "$http"
+    if ! wait_ready "$port" "$http"; then
+      echo "virtuoso: did not restart; log:" >&2
+      tail -20 "$dir/virtuoso.log" >&2 || true
+      exit 1
+    fi
     ;;
   stop)
     if [ -f "$dir/port" ]; then
