@@ -108,6 +108,9 @@ pub struct Semantic {
     /// recall searches with the model expected to answer first while the
     /// others still embed.
     query_micros: Arc<std::sync::atomic::AtomicU64>,
+    /// Queries [`Semantic::embed_query`] found neither cached nor embedded
+    /// ahead, and embedded when asked.
+    asked_uncached: std::sync::atomic::AtomicU64,
 }
 
 /// Query vectors on their way ([`Semantic::start_queries`]).
@@ -150,7 +153,13 @@ impl std::fmt::Debug for Indexes {
 impl Semantic {
     /// One model and its vectors.
     fn new(embedder: Arc<dyn Embedder>, vectors: VectorIndex) -> Semantic {
-        Semantic { embedder, vectors, query_cache: Mutex::new(HashMap::new()), query_micros: Arc::default() }
+        Semantic {
+            embedder,
+            vectors,
+            query_cache: Mutex::new(HashMap::new()),
+            query_micros: Arc::default(),
+            asked_uncached: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// What a query has lately cost this model to embed (microseconds; 0
@@ -159,11 +168,19 @@ impl Semantic {
         self.query_micros.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many queries [`Semantic::embed_query`] has embedded when asked
+    /// (neither cached nor embedded ahead).
+    #[cfg(test)]
+    pub(crate) fn asked_uncached(&self) -> u64 {
+        self.asked_uncached.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// This model's vector for a query, from the cache when it was seen lately.
     pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::index::embed::EmbedError> {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
             return Ok(vector.clone());
         }
+        self.asked_uncached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let embedder = Arc::clone(&self.embedder);
         let owned = query.to_owned();
         let vector = embed::on_engine_thread(move || embedder.embed_query(&owned))??;
@@ -173,6 +190,64 @@ impl Semantic {
         }
         cache.insert(query.to_owned(), vector.clone());
         Ok(vector)
+    }
+
+    /// Puts this model's vector for each of `queries` into the cache, each
+    /// text embedded alone, as [`Semantic::embed_query`] embeds it, and the
+    /// texts dealt out to the engine threads, one core each, side by side.
+    /// One short text on every core left OpenMP's second worker waiting at
+    /// barriers (perf of the REST add: a quarter of all samples), and the
+    /// other engine thread idle. A text's pass gives the same vector
+    /// whatever the cores it runs on (a test holds it), so what a caller
+    /// compares does not depend on which way a text was embedded. For
+    /// callers that know ahead what they will ask about (the merge's
+    /// comparisons); texts already cached are not embedded again.
+    pub(crate) fn embed_each_ahead(&self, queries: &[&str]) -> Result<(), EmbedError> {
+        let missing: Vec<String> = {
+            let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut asked = std::collections::HashSet::new();
+            queries.iter().filter(|q| !cache.contains_key(**q) && asked.insert(**q)).map(|q| (*q).to_owned()).collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let engines = embed::engine_count().min(missing.len());
+        let mut runs: Vec<Vec<String>> = vec![Vec::new(); engines];
+        for (i, text) in missing.into_iter().enumerate() {
+            runs[i % engines].push(text);
+        }
+        let mut started = Vec::with_capacity(engines);
+        for (engine, texts) in runs.into_iter().enumerate() {
+            let embedder = Arc::clone(&self.embedder);
+            // Each text on its own: one the model refuses costs no other.
+            let work = move || Ok(texts.into_iter().map(|text| (embedder.embed_query(&text), text)).collect());
+            started.push(embed::start_on(Some(engine), work)?);
+        }
+        // Every run is waited for, even after a failure; what arrived is
+        // kept, and the first error is the one returned.
+        let mut failed = None;
+        for pending in started {
+            let answers = match pending.wait() {
+                Ok(answers) => answers,
+                Err(error) => {
+                    failed = failed.or(Some(error));
+                    continue;
+                }
+            };
+            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.len() + answers.len() > QUERY_CACHE_ENTRIES {
+                cache.clear();
+            }
+            for (vector, text) in answers {
+                match vector {
+                    Ok(vector) => {
+                        cache.insert(text, vector);
+                    }
+                    Err(error) => failed = failed.or(Some(error)),
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// This model's vectors for several queries (a dialogue's parts): the
@@ -770,6 +845,79 @@ mod tests {
                 Semantic::new(embedder, vectors)
             })
             .collect()
+    }
+
+    #[test]
+    fn texts_embedded_ahead_on_one_core_each_are_the_vectors_embed_query_gives() {
+        let texts = [
+            "Wants to learn pottery with Ana someday",
+            "I keep my road bike in the garage.",
+            "我想和李伟一起学书法。",
+            "Kenjiさんはベランダでバジルを育てています。",
+            "thanks!",
+            "Moved the billing retries to the staging cluster after the Redis incident on Friday",
+            "x",
+        ];
+        for (ahead, asked) in models().iter().zip(models()) {
+            // Every core on one text, as a comparison not embedded ahead is.
+            let wanted: Vec<Vec<f32>> = texts.iter().map(|t| asked.embed_query(t).unwrap()).collect();
+            assert_eq!(asked.asked_uncached(), texts.len() as u64);
+            // Dealt out to the engine threads, one core each; a repeat once.
+            let mut twice = texts.to_vec();
+            twice.push(texts[0]);
+            ahead.embed_each_ahead(&twice).unwrap();
+            assert_eq!(ahead.query_cache.lock().unwrap().len(), texts.len(), "{}", ahead.embedder.id());
+            for (text, wanted) in texts.iter().zip(&wanted) {
+                let got = ahead.embed_query(text).unwrap();
+                assert!(got == *wanted, "{}: \"{text}\" differs in its digits when embedded on one core", ahead.embedder.id());
+            }
+            assert_eq!(ahead.asked_uncached(), 0, "every text was there ahead");
+        }
+    }
+
+    /// A model that fails on one text, and says which texts it embedded.
+    struct Picky(Mutex<Vec<String>>);
+
+    impl Embedder for Picky {
+        fn id(&self) -> &str {
+            "picky"
+        }
+        fn dims(&self) -> usize {
+            2
+        }
+        fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            texts.iter().map(|t| self.embed_query(t)).collect()
+        }
+        fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+            self.0.lock().unwrap().push(text.to_owned());
+            if text == "refused" {
+                return Err(EmbedError::Backend("model refused".into()));
+            }
+            Ok(vec![text.len() as f32, 1.0])
+        }
+    }
+
+    #[test]
+    fn a_text_the_model_refuses_ahead_fails_the_call_and_the_others_are_kept() {
+        let picky = Arc::new(Picky(Mutex::new(Vec::new())));
+        let semantic = Semantic::new(Arc::clone(&picky) as Arc<dyn Embedder>, VectorIndex::open(None, "picky", 2).unwrap());
+        let texts = ["one", "refused", "three", "four", "five"];
+        let error = semantic.embed_each_ahead(&texts).unwrap_err();
+        assert!(error.to_string().contains("model refused"), "{error}");
+        // Every other text is kept, in the refused one's run too.
+        let cache = semantic.query_cache.lock().unwrap().clone();
+        assert!(!cache.contains_key("refused"));
+        assert!(cache.contains_key("one") && cache.contains_key("four"), "{cache:?}");
+        assert_eq!(cache.get("three"), Some(&vec![5.0, 1.0]));
+        // Asked later, each is answered: the refused one by the model again.
+        let embedded = picky.0.lock().unwrap().len();
+        assert!(semantic.embed_query("refused").is_err());
+        assert_eq!(semantic.embed_query("one").unwrap(), vec![3.0, 1.0]);
+        assert_eq!(picky.0.lock().unwrap().len(), embedded + 1, "only the refused text went to the model again");
+        // Nothing to embed: no call at all.
+        semantic.embed_each_ahead(&[]).unwrap();
+        semantic.embed_each_ahead(&["one", "one"]).unwrap();
+        assert_eq!(picky.0.lock().unwrap().len(), embedded + 1);
     }
 
     #[test]

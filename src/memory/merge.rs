@@ -13,7 +13,8 @@
 //! through memorize, correct/replace and correct/negate, so every effect is
 //! audited like the MCP tools'. A dry run decides and writes nothing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -71,11 +72,17 @@ struct Plan {
 }
 
 /// An active memory of the scope, read as a clause; or a fact this merge
-/// adds and has not written yet ([`Known::unwritten`]). What every decision
-/// compares is worked out once, here, not once per fact.
+/// adds and has not written yet ([`Known::unwritten`]).
+#[derive(Clone)]
 struct Known {
     id: String,
     content: String,
+    read: Arc<Reading>,
+}
+
+/// What every decision compares of a memory's text: worked out once per
+/// text, not once per fact, nor once per add ([`Readings`]).
+struct Reading {
     clause: Clause,
     /// [`crate::fact::slot::comparable`] of the content and of the clause's body.
     comparable: String,
@@ -86,29 +93,62 @@ struct Known {
     numbers: Vec<String>,
 }
 
+impl Reading {
+    fn of(content: &str) -> Reading {
+        let clause = Clause::read_memory(content);
+        let comparable = crate::fact::slot::comparable;
+        Reading {
+            comparable: comparable(content),
+            comparable_body: comparable(&clause.body),
+            topics: topic_terms(content),
+            numbers: numbers(content),
+            clause,
+        }
+    }
+}
+
+/// The readings of the texts merges lately compared, by text (a reading
+/// depends on the text and the lexicons only, and an atom's text never
+/// changes). Reading the scope's memories again at each add took 12–16 ms
+/// of every REST add at 150 memories (about 90 µs a memory), four times
+/// the store's answer.
+#[derive(Default)]
+pub(super) struct Readings(Mutex<HashMap<String, Arc<Reading>>>);
+
+/// Readings kept ([`Readings`]); all are let go when it is full.
+const READINGS_KEPT: usize = 4096;
+
+impl Readings {
+    fn of(&self, content: &str) -> Arc<Reading> {
+        let kept = |map: &Mutex<HashMap<String, Arc<Reading>>>| {
+            map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(content).cloned()
+        };
+        if let Some(reading) = kept(&self.0) {
+            return reading;
+        }
+        let reading = Arc::new(Reading::of(content));
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= READINGS_KEPT {
+            map.clear();
+        }
+        map.insert(content.to_owned(), Arc::clone(&reading));
+        reading
+    }
+}
+
 /// How the id of a fact not yet written starts (an atom id is a ULID, which
 /// has no colon).
 const UNWRITTEN: &str = "unwritten:";
 
 impl Known {
-    fn new(id: String, content: String) -> Known {
-        let clause = Clause::read_memory(&content);
-        let comparable = crate::fact::slot::comparable;
-        Known {
-            comparable: comparable(&content),
-            comparable_body: comparable(&clause.body),
-            topics: topic_terms(&content),
-            numbers: numbers(&content),
-            id,
-            content,
-            clause,
-        }
+    fn new(readings: &Readings, id: String, content: String) -> Known {
+        Known { read: readings.of(&content), id, content }
     }
 
     /// The `n`-th fact this merge adds, as memorize will store it (trimmed,
     /// secrets redacted), before it is.
-    fn unwritten(n: usize, text: &str) -> Known {
-        Known::new(format!("{UNWRITTEN}{n}"), crate::text::redact(text.trim()).text)
+    fn unwritten(readings: &Readings, n: usize, text: &str) -> Known {
+        Known::new(readings, format!("{UNWRITTEN}{n}"), crate::text::redact(text.trim()).text)
     }
 }
 
@@ -151,7 +191,7 @@ fn most_about<'k>(text: &str, known: &'k [Known]) -> Option<&'k Known> {
     let mine = topic_terms(text);
     let mut best: Option<(&Known, usize)> = None;
     for k in known {
-        let theirs = &k.topics;
+        let theirs = &k.read.topics;
         let shared = mine.intersection(theirs).count();
         let smaller = mine.len().min(theirs.len()).max(1);
         if shared >= 1 && shared * 3 >= smaller && best.is_none_or(|(_, b)| shared > b) {
@@ -245,7 +285,7 @@ fn is_bare_value(body: &str, lang: Lang) -> bool {
 /// else (English) its last capitalised word.
 fn replace_value(known: &Known, value: &str) -> Option<String> {
     let content = &known.content;
-    if let Some(slot) = &known.clause.slot
+    if let Some(slot) = &known.read.clause.slot
         && let Some(replaced) = replace_once(content, &slot.value_text, value)
     {
         return Some(replaced);
@@ -256,7 +296,7 @@ fn replace_value(known: &Known, value: &str) -> Option<String> {
 }
 
 fn the_party(known: &Known) -> Option<String> {
-    match known.clause.slot.as_ref().map(|s| &s.subject) {
+    match known.read.clause.slot.as_ref().map(|s| &s.subject) {
         Some(Subject::Other(who)) => Some(who.clone()),
         _ => None,
     }
@@ -287,7 +327,7 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     // 1. Said before in the same words.
     if let Some(k) = {
         let (text, body) = (comparable(&text), comparable(&clause.body));
-        known.iter().find(|k| k.comparable == text || k.comparable_body == body)
+        known.iter().find(|k| k.read.comparable == text || k.read.comparable_body == body)
     } {
         return none(k, format!("the same as memory {}", k.id));
     }
@@ -322,16 +362,16 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     // 5. The same slot: the same value is known, a new one replaces it (or
     //    joins it, for a many-valued slot).
     if let Some(slot) = &clause.slot {
-        let same = known.iter().find(|k| k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot)));
+        let same = known.iter().find(|k| k.read.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot)));
         if let Some(k) = same
-            && let Some(theirs) = &k.clause.slot
+            && let Some(theirs) = &k.read.clause.slot
         {
             if crate::fact::slot::same_value(&theirs.value, &slot.value) {
                 return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.id));
             }
             if slot.many && !clause.cues.correction {
                 if let Some(k) = known.iter().find(|k| {
-                    k.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))
+                    k.read.clause.slot.as_ref().is_some_and(|s| s.same_slot(slot) && crate::fact::slot::same_value(&s.value, &slot.value))
                 }) {
                     return none(k, format!("slot {} already holds this value (memory {})", slot.describe(), k.id));
                 }
@@ -349,7 +389,7 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     if let Some(switch) = &clause.switch
         && let Some(kind) = crate::fact::slot::category(&switch.to)
         && let Some(k) = known.iter().find(|k| {
-            let about_kind = k.clause.slot.as_ref().is_some_and(|s| s.qualifier.as_deref() == Some(kind))
+            let about_kind = k.read.clause.slot.as_ref().is_some_and(|s| s.qualifier.as_deref() == Some(kind))
                 || crate::fact::slot::category(&k.content) == Some(kind);
             about_kind && !k.content.to_lowercase().contains(&switch.to.to_lowercase())
         })
@@ -381,12 +421,12 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     }
     // 8. A paraphrase in nearly the same words.
     let mine = topic_terms(&clause.body);
-    if let Some(k) = known.iter().find(|k| jaccard(&mine, &k.topics) >= 0.8) {
+    if let Some(k) = known.iter().find(|k| jaccard(&mine, &k.read.topics) >= 0.8) {
         return none(k, format!("nearly the same words as memory {}", k.id));
     }
     // 9. The same meaning in other words, when the sentence model is sure.
     let named = numbers(&clause.body);
-    let candidates: Vec<&Known> = known.iter().filter(|k| k.numbers == named).take(PARAPHRASE_CANDIDATES).collect();
+    let candidates: Vec<&Known> = known.iter().filter(|k| k.read.numbers == named).take(PARAPHRASE_CANDIDATES).collect();
     let contents: Vec<&str> = candidates.iter().map(|k| k.content.as_str()).collect();
     if !clause.cues.cessation
         && !candidates.is_empty()
@@ -397,6 +437,44 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
         return none(k, format!("the same meaning as memory {} (cosine {cosine:.3})", k.id));
     }
     add("no memory of the scope is about this".to_owned())
+}
+
+/// The texts the sentence model will be asked about when `facts` are
+/// decided in order against `known` ([`Memory::merge_facts_with`]), found
+/// by deciding them without the model: each fact that reaches the
+/// paraphrase check names itself and the memories it is compared with, and
+/// is then taken for an ADD (a dry run adds nothing). With the model a
+/// decision can differ (a paraphrase found is a NONE), so these are the
+/// texts to embed ahead, not the decisions; a text missed here is embedded
+/// when it is asked about.
+fn compared_texts(readings: &Readings, facts: &[String], known: &[Known], dry_run: bool) -> Vec<String> {
+    let asked = std::cell::RefCell::new(Vec::new());
+    let ask = |text: &str, others: &[&str]| {
+        let mut asked = asked.borrow_mut();
+        asked.push(text.to_owned());
+        asked.extend(others.iter().map(|other| (*other).to_owned()));
+        None
+    };
+    let mut known = known.to_vec();
+    for (n, fact) in facts.iter().enumerate() {
+        let decided = plan(fact, &known, &ask);
+        if dry_run {
+            continue;
+        }
+        let target = decided.target.as_ref().map(|(id, _)| id.as_str());
+        match decided.event {
+            MergeEvent::Add | MergeEvent::Update => {
+                // An update's new text is the scope's newest memory, and the
+                // one it replaced is gone, as when the store is read again.
+                known.retain(|k| Some(k.id.as_str()) != target || decided.event == MergeEvent::Add);
+                known.insert(0, Known::unwritten(readings, n, &decided.text));
+                known.truncate(super::read::MAX_PAGE);
+            }
+            MergeEvent::Delete => known.retain(|k| Some(k.id.as_str()) != target),
+            MergeEvent::None => {}
+        }
+    }
+    asked.into_inner()
 }
 
 /// The cosine (multilingual-e5-small) above which a fact with no slot and
@@ -429,6 +507,7 @@ impl Memory {
     pub fn merge_facts_with(&self, caller: &Caller, facts: &[String], source: &str, dry_run: bool) -> Result<Vec<MergeResult>> {
         let similarity = |text: &str, others: &[&str]| self.similarities(text, others);
         let mut known = self.known(caller)?;
+        self.embed_compared_ahead(facts, &known, dry_run);
         if dry_run {
             return Ok(facts
                 .iter()
@@ -459,7 +538,7 @@ impl Memory {
             match decided.event {
                 MergeEvent::Add => {
                     // Newest first, and no more than the store gives.
-                    known.insert(0, Known::unwritten(adds.len(), &decided.text));
+                    known.insert(0, Known::unwritten(&self.readings, adds.len(), &decided.text));
                     known.truncate(super::read::MAX_PAGE);
                     adds.push((results.len(), decided));
                     results.push(None);
@@ -514,6 +593,19 @@ impl Memory {
         Ok(())
     }
 
+    /// Puts the sentence model's vectors for every text the decisions of
+    /// `facts` will compare ([`compared_texts`]) into its cache, on every
+    /// core at once, each text embedded alone as [`Memory::similarities`]
+    /// would. A failure only means they are embedded when asked for.
+    fn embed_compared_ahead(&self, facts: &[String], known: &[Known], dry_run: bool) {
+        let Some(model) = self.indexes().semantic().first() else { return };
+        let texts = compared_texts(&self.readings, facts, known, dry_run);
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        if let Err(error) = model.embed_each_ahead(&texts) {
+            tracing::warn!(%error, texts = texts.len(), "could not embed the compared texts ahead; each is embedded when compared");
+        }
+    }
+
     /// Cosines of `text` with each of `others` under the first sentence
     /// model, if one is loaded. Each text is embedded alone (or found in the
     /// model's cache): a batch runs other kernels, whose last digits differ,
@@ -536,7 +628,7 @@ impl Memory {
             ..AtomFilter::default()
         };
         let atoms = self.newest_matching(caller, &filter, super::read::MAX_PAGE)?;
-        Ok(atoms.into_iter().map(|atom| Known::new(atom.id.to_string(), atom.visible_content().to_owned())).collect())
+        Ok(atoms.into_iter().map(|atom| Known::new(&self.readings, atom.id.to_string(), atom.visible_content().to_owned())).collect())
     }
 
     fn apply_plan(&self, caller: &Caller, plan: Plan, source: &str) -> Result<MergeResult> {
@@ -896,5 +988,89 @@ mod hostile {
         let results = memory.merge_facts(&caller, &facts, "user").unwrap();
         assert_eq!(results.len(), facts.len());
         assert!(memory.merge_facts_with(&caller, &facts, "user", true).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod ahead {
+    use super::*;
+    use crate::extract::{Extractor, Message, RuleExtractor};
+    use crate::scope::Scope;
+
+    /// With the models: the texts a merge compares are embedded before its
+    /// decisions, on every core, so no decision waits for one. That holds
+    /// when the model finds a paraphrase the rehearsal took for an ADD (it
+    /// then embedded a text too many, not one too few), in a second add
+    /// against the first's memories, and in a dry run.
+    #[test]
+    fn every_text_a_merge_compares_is_embedded_before_it_decides() {
+        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
+        let Some(model) = memory.indexes().semantic().first() else {
+            panic!("the test needs the models (scripts/setup.sh)");
+        };
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository("agent"), "test");
+        let chat = |lines: &[&str]| {
+            let messages: Vec<Message> = lines.iter().map(|m| Message { role: "user".to_owned(), content: (*m).to_owned() }).collect();
+            RuleExtractor.extract(&messages).unwrap()
+        };
+        let first = chat(&[
+            "Hi! I want to learn pottery with Ana someday.",
+            "我想和小李一起学书法。",
+            "我想和小李一起学习书法。",
+            "ケンジさんはベランダでバジルを育てています。",
+            "ベランダでケンジさんがバジルを育てています。",
+            "My neighbour Tom grows tomatoes on the roof.",
+            "Thanks!",
+        ]);
+        let results = memory.merge_facts(&caller, &first, "user").unwrap();
+        let by_model = results.iter().filter(|r| r.why.as_deref().is_some_and(|w| w.contains("cosine"))).count();
+        assert!(by_model >= 1, "the model decided a fact: {results:#?}");
+        assert_eq!(model.asked_uncached(), 0, "{results:#?}");
+        let second = chat(&["Tom keeps bees in the garden.", "私は毎朝コーヒーを飲みます。", "I keep my kayak in the attic."]);
+        let planned = memory.merge_facts_with(&caller, &second, "user", true).unwrap();
+        assert!(planned.iter().all(|r| r.event == MergeEvent::Add), "{planned:#?}");
+        let results = memory.merge_facts(&caller, &second, "user").unwrap();
+        assert_eq!(results.iter().map(|r| r.event).collect::<Vec<_>>(), [MergeEvent::Add; 3], "{results:#?}");
+        assert_eq!(model.asked_uncached(), 0);
+    }
+
+    #[test]
+    fn the_rehearsal_names_what_each_decision_would_compare() {
+        let readings = Readings::default();
+        let known: Vec<Known> = ["Plays the piano", "Lives in Portland", "Grows basil on the balcony"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Known::new(&readings, format!("01K{i}"), (*c).to_owned()))
+            .collect();
+        let facts: Vec<String> = [
+            "I want to learn pottery with Ana someday",
+            "we just moved to Denver",
+            "I keep my road bike in the garage 2 days a week",
+            "My neighbour Tom grows tomatoes on the roof",
+        ]
+        .iter()
+        .map(|f| (*f).to_owned())
+        .collect();
+        let asked = compared_texts(&readings, &facts, &known, false);
+        let stored = ["Plays the piano", "Lives in Portland", "Grows basil on the balcony"];
+        // The first fact with every memory naming no number; the move
+        // updates a slot (no model); the bike names a number no memory
+        // names; Tom's fact with the memories then, newest first: the move
+        // in the speaker's words, in place of Portland, and the pottery.
+        let mut wanted = vec![facts[0].clone()];
+        wanted.extend(stored.map(str::to_owned));
+        wanted.push(facts[3].clone());
+        wanted.extend(
+            ["we just moved to Denver", "Wants to learn pottery with Ana someday", "Plays the piano", "Grows basil on the balcony"]
+                .map(str::to_owned),
+        );
+        assert_eq!(asked, wanted);
+        // A dry run decides each fact against the stored memories only.
+        let dry = compared_texts(&readings, &facts, &known, true);
+        let mut wanted = vec![facts[0].clone()];
+        wanted.extend(stored.map(str::to_owned));
+        wanted.push(facts[3].clone());
+        wanted.extend(stored.map(str::to_owned));
+        assert_eq!(dry, wanted);
     }
 }

@@ -295,6 +295,8 @@ pub struct Memory {
     /// This node's hold on its local directory (remote store: the store has
     /// no lock of its own, the indexes must have one writer).
     _node_lock: Option<std::fs::File>,
+    /// What merges lately read of memories' texts ([`merge::Readings`]).
+    readings: merge::Readings,
 }
 
 impl Drop for Memory {
@@ -354,6 +356,7 @@ impl Memory {
             park_usage: options.park_usage,
             defer_usage: options.defer_usage,
             usage_flushing: std::sync::atomic::AtomicBool::new(false),
+            readings: merge::Readings::default(),
             sync: Mutex::new(()),
             _node_lock: node_lock,
         };

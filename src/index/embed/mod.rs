@@ -209,6 +209,12 @@ pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>) {
     }
 }
 
+/// How many engine threads there are (1 when none could be started: work
+/// then runs on the caller's thread).
+pub(crate) fn engine_count() -> usize {
+    engines().map_or(1, <[_]>::len)
+}
+
 /// Least text (in bytes, a proxy for tokens) per part for a batch to be
 /// split: each part's forward pass must stay long enough for the tile
 /// kernels (32 tokens and up).
@@ -218,7 +224,7 @@ const SPLIT_MIN_BYTES: usize = 512;
 /// `texts` texts of `bytes` bytes in all (1: not split; all cores on one
 /// forward pass).
 pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
-    engines().map_or(1, <[_]>::len).min(texts / 2).min(bytes / SPLIT_MIN_BYTES).max(1)
+    engine_count().min(texts / 2).min(bytes / SPLIT_MIN_BYTES).max(1)
 }
 
 /// Embeds `texts` with `work` (one model's batch call), split into one
