@@ -217,8 +217,13 @@ pub(crate) fn engine_count() -> usize {
 
 /// Least text (in bytes, a proxy for tokens) per part for a batch to be
 /// split: each part's forward pass must stay long enough for the tile
-/// kernels (32 tokens and up).
-const SPLIT_MIN_BYTES: usize = 512;
+/// kernels (32 tokens and up; about 128 bytes of English, fewer of CJK).
+/// The REST add's batch of a chat's new facts (8 short texts, 300 bytes)
+/// ran whole with every core on each matmul, OpenMP's workers waiting at
+/// barriers; in two runs side by side the add went 93 / 90 → 101 / 95
+/// facts/s (512 bytes → 128, alternated, `benches/rest_add.py … 60 10
+/// true`, no AMX).
+const SPLIT_MIN_BYTES: usize = 128;
 
 /// Into how many runs [`start_on_engine_threads`] splits a batch of
 /// `texts` texts of `bytes` bytes in all (1: not split; all cores on one
