@@ -104,6 +104,16 @@ enum Prepared {
     New(Box<NewAtom>),
 }
 
+impl Prepared {
+    /// The answer once what was new is written.
+    fn outcome(self) -> MemorizeOutcome {
+        match self {
+            Prepared::Answered(outcome) => outcome,
+            Prepared::New(new) => new.outcome(),
+        }
+    }
+}
+
 /// A memory about to be written.
 struct NewAtom {
     atom: Atom,
@@ -330,40 +340,19 @@ impl Memory {
     /// One caller's calls of a burst (normalized): each checked and deduplicated as
     /// alone (also against the earlier ones), the new memories embedded in
     /// one batch per model and written in one transaction per
-    /// [`MEMORIZE_BATCH`]. A transaction that fails is retried one call at
+    /// [`MEMORIZE_BATCH`] calls. A transaction that fails is retried one call at
     /// a time, so that each call gets its own answer.
     fn memorize_together(&self, caller: &Caller, requests: Vec<MemorizeRequest>) -> Vec<Result<MemorizeOutcome>> {
         let mut answers = Vec::with_capacity(requests.len());
         for chunk in requests.chunks(MEMORIZE_BATCH) {
-            let mut seen: std::collections::HashMap<String, AtomId> = std::collections::HashMap::new();
-            let mut prepared: Vec<Result<Prepared>> = Vec::with_capacity(chunk.len());
-            for request in chunk {
-                let item = self.prepare_memorize(caller, request.clone(), &seen);
-                if let Ok(Prepared::New(new)) = &item {
-                    seen.insert(new.hash.clone(), new.atom.id);
-                }
-                prepared.push(item);
-            }
-            let mutations: Vec<Mutation<'_>> = prepared
-                .iter()
-                .filter_map(|item| match item {
-                    Ok(Prepared::New(new)) => {
-                        Some(Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") })
-                    }
-                    _ => None,
-                })
-                .collect();
-            let fresh = mutations.len();
-            let written = if fresh == 0 { Ok(Vec::new()) } else { self.apply_all(caller, mutations, super::FailAfter::default()) };
-            match written {
-                Ok(_) => {
+            let mut seen = std::collections::HashMap::new();
+            // A call that cannot be prepared (its request) fails alone.
+            let prepared: Vec<Result<Prepared>> =
+                chunk.iter().map(|request| self.prepare_in_group(caller, request.clone(), &mut seen)).collect();
+            match self.write_group(caller, prepared.iter().filter_map(|item| item.as_ref().ok())) {
+                Ok(fresh) => {
                     tracing::info!(memorized = fresh, calls = chunk.len(), "memorized a burst");
-                    answers.extend(prepared.into_iter().map(|item| {
-                        item.map(|p| match p {
-                            Prepared::Answered(outcome) => outcome,
-                            Prepared::New(new) => new.outcome(),
-                        })
-                    }));
+                    answers.extend(prepared.into_iter().map(|item| item.map(Prepared::outcome)));
                 }
                 Err(error) => {
                     tracing::warn!(%error, calls = chunk.len(), "a burst's write failed; its calls are written one at a time");
@@ -387,32 +376,50 @@ impl Memory {
         let mut outcomes = Vec::with_capacity(requests.len());
         let mut requests = requests.into_iter().peekable();
         while requests.peek().is_some() {
-            // One group: its answers in order, the new atoms among them.
-            let mut group: Vec<std::result::Result<MemorizeOutcome, Box<NewAtom>>> = Vec::new();
-            let mut seen: std::collections::HashMap<String, AtomId> = std::collections::HashMap::new();
-            let mut fresh = 0usize;
-            while fresh < MEMORIZE_BATCH
+            // One group: up to MEMORIZE_BATCH new memories, and the answers between them.
+            let mut group: Vec<Prepared> = Vec::new();
+            let mut seen = std::collections::HashMap::new();
+            while seen.len() < MEMORIZE_BATCH
                 && let Some(request) = requests.next()
             {
-                match self.prepare_memorize(caller, request, &seen)? {
-                    Prepared::Answered(outcome) => group.push(Ok(outcome)),
-                    Prepared::New(new) => {
-                        seen.insert(new.hash.clone(), new.atom.id);
-                        fresh += 1;
-                        group.push(Err(new));
-                    }
-                }
+                group.push(self.prepare_in_group(caller, request, &mut seen)?);
             }
-            let mutations: Vec<Mutation<'_>> = group
-                .iter()
-                .filter_map(|item| item.as_ref().err())
-                .map(|new| Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") })
-                .collect();
-            self.apply_all(caller, mutations, super::FailAfter::default())?;
+            let fresh = self.write_group(caller, group.iter())?;
             tracing::info!(memorized = fresh, "memorized a batch");
-            outcomes.extend(group.into_iter().map(|item| item.unwrap_or_else(|new| new.outcome())));
+            outcomes.extend(group.into_iter().map(Prepared::outcome));
         }
         Ok(outcomes)
+    }
+
+    /// [`Memory::prepare_memorize`] of one request of a group; `seen` maps
+    /// the content hashes of the group's new memories so far to their atoms,
+    /// and gains this one's if it is new.
+    fn prepare_in_group(
+        &self,
+        caller: &Caller,
+        request: MemorizeRequest,
+        seen: &mut std::collections::HashMap<String, AtomId>,
+    ) -> Result<Prepared> {
+        let prepared = self.prepare_memorize(caller, request, seen)?;
+        if let Prepared::New(new) = &prepared {
+            seen.insert(new.hash.clone(), new.atom.id);
+        }
+        Ok(prepared)
+    }
+
+    /// Writes the new memories among a group's `prepared` requests in one
+    /// transaction (their vectors embedded in one batch per model), and
+    /// says how many there were; nothing to write is no transaction.
+    fn write_group<'p>(&self, caller: &Caller, prepared: impl Iterator<Item = &'p Prepared>) -> Result<usize> {
+        let mutations: Vec<Mutation<'_>> = prepared
+            .filter_map(|item| match item {
+                Prepared::New(new) => Some(Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") }),
+                Prepared::Answered(_) => None,
+            })
+            .collect();
+        let fresh = mutations.len();
+        self.apply_all(caller, mutations, super::FailAfter::default())?;
+        Ok(fresh)
     }
 
     /// Everything `memorize` decides before writing: the answer, or the
