@@ -137,6 +137,13 @@ impl StartedQueries {
 /// (max per add 188 / 210 → 114 / 133 ms, alternated).
 const QUERY_CACHE_ENTRIES: usize = 4096;
 
+/// Lets every cached query vector go when `coming` more would not fit.
+fn make_room(cache: &mut HashMap<String, Vec<f32>>, coming: usize) {
+    if cache.len() + coming > QUERY_CACHE_ENTRIES {
+        cache.clear();
+    }
+}
+
 /// The derived indexes.
 pub struct Indexes {
     keyword: KeywordIndex,
@@ -189,9 +196,7 @@ impl Semantic {
         let owned = query.to_owned();
         let vector = embed::on_engine_thread(move || embedder.embed_query(&owned))??;
         let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= QUERY_CACHE_ENTRIES {
-            cache.clear();
-        }
+        make_room(&mut cache, 1);
         cache.insert(query.to_owned(), vector.clone());
         Ok(vector)
     }
@@ -239,9 +244,7 @@ impl Semantic {
                 }
             };
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if cache.len() + answers.len() > QUERY_CACHE_ENTRIES {
-                cache.clear();
-            }
+            make_room(&mut cache, answers.len());
             for (vector, text) in answers {
                 match vector {
                     Ok(vector) => {
@@ -301,9 +304,7 @@ impl Semantic {
         if let Some(pending) = pending {
             let fresh = pending.wait()?;
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if cache.len() + fresh.len() > QUERY_CACHE_ENTRIES {
-                cache.clear();
-            }
+            make_room(&mut cache, fresh.len());
             let mut fresh = missing.into_iter().zip(fresh);
             for slot in vectors.iter_mut().filter(|v| v.is_none()) {
                 if let Some((query, vector)) = fresh.next() {

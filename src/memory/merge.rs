@@ -120,11 +120,8 @@ const READINGS_KEPT: usize = 4096;
 
 impl Readings {
     fn of(&self, content: &str) -> Arc<Reading> {
-        let kept = |map: &Mutex<HashMap<String, Arc<Reading>>>| {
-            map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(content).cloned()
-        };
-        if let Some(reading) = kept(&self.0) {
-            return reading;
+        if let Some(reading) = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(content) {
+            return Arc::clone(reading);
         }
         let reading = Arc::new(Reading::of(content));
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -464,9 +461,10 @@ fn compared_texts(readings: &Readings, facts: &[String], known: &[Known], dry_ru
         let target = decided.target.as_ref().map(|(id, _)| id.as_str());
         match decided.event {
             MergeEvent::Add | MergeEvent::Update => {
-                // An update's new text is the scope's newest memory, and the
-                // one it replaced is gone, as when the store is read again.
-                known.retain(|k| Some(k.id.as_str()) != target || decided.event == MergeEvent::Add);
+                // The new text is the scope's newest memory; an update's
+                // target (an ADD has none) is gone, as when the store is
+                // read again.
+                known.retain(|k| Some(k.id.as_str()) != target);
                 known.insert(0, Known::unwritten(readings, n, &decided.text));
                 known.truncate(super::read::MAX_PAGE);
             }
