@@ -91,6 +91,10 @@ struct Reading {
     topics: HashSet<String>,
     /// [`numbers`] of the content.
     numbers: Vec<String>,
+    /// [`names`] of the content.
+    names: Vec<String>,
+    /// The content, lowercased ([`names_another`]).
+    lower: String,
 }
 
 impl Reading {
@@ -102,6 +106,8 @@ impl Reading {
             comparable_body: comparable(&clause.body),
             topics: topic_terms(content),
             numbers: numbers(content),
+            names: names(content),
+            lower: content.to_lowercase(),
             clause,
         }
     }
@@ -252,6 +258,31 @@ fn numbers(text: &str) -> Vec<String> {
     found.extend(text.chars().filter(|c| "一二三四五六七八九十两".contains(*c)).map(String::from));
     found.sort();
     found
+}
+
+/// The names a text mentions (people, places, products, katakana terms:
+/// [`crate::text::extract_entities`]), lowercased; a capitalised name the
+/// text starts with is left out: a stored memory starts with its verb
+/// ("Grows basil on the balcony"), a sentence with any word ("Honestly, …").
+fn names(text: &str) -> Vec<String> {
+    let first = text.split_whitespace().next().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()));
+    crate::text::extract_entities(text)
+        .into_iter()
+        .filter(|e| !(e.kind == crate::text::EntityKind::Name && e.name.split_whitespace().next() == first))
+        .map(|e| e.name.to_lowercase())
+        .collect()
+}
+
+/// Whether a fact (`text` lowercased, and its [`names`]) and a memory each
+/// name something the other does not mention at all: "visit Iceland with
+/// Omar" and "visit Norway with Omar", ケンジさん and ユキさん growing basil.
+/// The sentence model finds such pairs nearly the same (0.96–0.97), but
+/// they are two facts, and a NONE would lose the new one. A name counts as
+/// mentioned when its words appear anywhere in the other text, so a
+/// capitalised first word ("Someday I'd love…" against "…someday") or a
+/// longer form ("Sister Lena" against "Lena, my sister") is no difference.
+fn names_another(text: &str, mine: &[String], theirs: &Reading) -> bool {
+    mine.iter().any(|name| !theirs.lower.contains(name.as_str())) && theirs.names.iter().any(|name| !text.contains(name.as_str()))
 }
 
 /// The part of a correction's right value that stands for the wrong one:
@@ -438,7 +469,12 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     }
     // 9. The same meaning in other words, when the sentence model is sure.
     let named = numbers(&clause.body);
-    let candidates: Vec<&Known> = known.iter().filter(|k| k.read.numbers == named).take(PARAPHRASE_CANDIDATES).collect();
+    let (lower, mentioned) = (clause.body.to_lowercase(), names(&clause.body));
+    let candidates: Vec<&Known> = known
+        .iter()
+        .filter(|k| k.read.numbers == named && !names_another(&lower, &mentioned, &k.read))
+        .take(PARAPHRASE_CANDIDATES)
+        .collect();
     let contents: Vec<&str> = candidates.iter().map(|k| k.content.as_str()).collect();
     if !clause.cues.cessation
         && !candidates.is_empty()
@@ -501,7 +537,9 @@ fn compared_texts(readings: &Readings, facts: &[String], known: &[Known], dry_ru
 /// range is trusted, and only after slots and cues have had their say.
 const PARAPHRASE_COSINE: f32 = 0.965;
 
-/// How many of the newest memories the sentence model compares a fact with.
+/// How many of the newest memories the sentence model compares a fact with
+/// (those naming the same [`numbers`], and no name the fact lacks while it
+/// names one they lack: [`names_another`]).
 const PARAPHRASE_CANDIDATES: usize = 32;
 
 impl Memory {
@@ -751,6 +789,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_fact_and_a_memory_name_another_only_when_each_names_what_the_other_lacks() {
+        let another = |fact: &str, memory: &str| names_another(&fact.to_lowercase(), &names(fact), &Reading::of(memory));
+        // Each names someone or somewhere the other does not mention.
+        assert!(another("I want to visit Norway with Omar someday", "Wants to visit Iceland with Omar someday"));
+        assert!(another("I usually go climbing with Mateo on weekends", "Usually goes climbing with Priya on weekends"));
+        assert!(another("ユキさんはベランダでバジルを育てています", "ケンジさんはベランダでバジルを育てています"));
+        assert!(another("週末はよくプリヤとカヤックに行きます", "週末はよくプリヤとクライミングに行きます"));
+        // A capitalised first word, a longer form, one side naming nobody:
+        // no difference.
+        assert!(!another("Someday I'd love to visit Iceland with Omar", "Wants to visit Iceland with Omar someday"));
+        assert!(!another("Lena, my sister, paints harbour watercolours", "Sister Lena paints watercolours of the harbour"));
+        assert!(!another("I learned to knit from my grandmother", "Grandmother taught me to knit"));
+        assert!(!another("I keep my kayak in the garage", "Keeps my road bike in the garage"));
+    }
+
     /// With the model: a fact whose number changed is not a restatement of
     /// the memory with the old number, in any language; before, in Chinese
     /// and Japanese the digits beside CJK characters were not read, the
@@ -776,6 +830,39 @@ mod tests {
             let again = add(&memory, &caller, second);
             assert_eq!(again[0].event, MergeEvent::None, "{name}: {again:#?}");
             assert_eq!(again[0].id, changed[0].id, "{name}");
+        }
+    }
+
+    /// With the model: a fact naming someone or somewhere else is added,
+    /// though the model finds it nearly the same (0.96–0.97); a paraphrase
+    /// naming the same ones is still known.
+    #[test]
+    fn a_fact_naming_someone_else_is_added_and_a_paraphrase_is_still_known() {
+        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
+        assert!(!memory.indexes().semantic().is_empty(), "the test needs the models (scripts/setup.sh)");
+        let cases = [
+            (
+                "en",
+                "I want to visit Iceland with Omar someday.",
+                "I want to visit Norway with Omar someday.",
+                "Someday I'd love to visit Iceland with Omar.",
+            ),
+            (
+                "ja",
+                "ケンジさんはベランダでバジルを育てています。",
+                "ユキさんはベランダでバジルを育てています。",
+                "ベランダでケンジさんがバジルを育てています。",
+            ),
+        ];
+        for (name, first, other, paraphrase) in cases {
+            let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository(name), "test");
+            let added = add(&memory, &caller, first);
+            assert_eq!(added[0].event, MergeEvent::Add, "{name}");
+            let another = add(&memory, &caller, other);
+            assert_eq!(another[0].event, MergeEvent::Add, "{name}: {another:#?}");
+            let known = add(&memory, &caller, paraphrase);
+            assert_eq!(known[0].event, MergeEvent::None, "{name}: {known:#?}");
+            assert_eq!(known[0].id, added[0].id, "{name}: the paraphrase names the first memory");
         }
     }
 
@@ -1111,19 +1198,21 @@ mod ahead {
             "I want to learn pottery with Ana someday",
             "we just moved to Denver",
             "I keep my road bike in the garage 2 days a week",
-            "My neighbour Tom grows tomatoes on the roof",
+            "My neighbour grows tomatoes on the roof",
         ]
         .iter()
         .map(|f| (*f).to_owned())
         .collect();
         let asked = compared_texts(&readings, &facts, &known, false);
         let stored = ["Plays the piano", "Lives in Portland", "Grows basil on the balcony"];
-        // The first fact with every memory naming no number; the move
+        // The first fact with every memory naming no number, but Portland
+        // (it names Ana, the memory a place the fact lacks); the move
         // updates a slot (no model); the bike names a number no memory
-        // names; Tom's fact with the memories then, newest first: the move
-        // in the speaker's words, in place of Portland, and the pottery.
+        // names; the neighbour's fact with the memories then, newest
+        // first: the move in the speaker's words, in place of Portland,
+        // and the pottery.
         let mut wanted = vec![facts[0].clone()];
-        wanted.extend(stored.map(str::to_owned));
+        wanted.extend(["Plays the piano", "Grows basil on the balcony"].map(str::to_owned));
         wanted.push(facts[3].clone());
         wanted.extend(
             ["we just moved to Denver", "Wants to learn pottery with Ana someday", "Plays the piano", "Grows basil on the balcony"]
@@ -1133,7 +1222,7 @@ mod ahead {
         // A dry run decides each fact against the stored memories only.
         let dry = compared_texts(&readings, &facts, &known, true);
         let mut wanted = vec![facts[0].clone()];
-        wanted.extend(stored.map(str::to_owned));
+        wanted.extend(["Plays the piano", "Grows basil on the balcony"].map(str::to_owned));
         wanted.push(facts[3].clone());
         wanted.extend(stored.map(str::to_owned));
         assert_eq!(dry, wanted);
