@@ -812,8 +812,7 @@ mod tests {
     /// was answered NONE and lost.
     #[test]
     fn a_changed_number_is_never_the_same_meaning_in_any_language() {
-        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
-        assert!(!memory.indexes().semantic().is_empty(), "the test needs the models (scripts/setup.sh)");
+        let memory = with_models();
         let pairs = [
             ("en", "I run 12 km every Sunday with Kobayashi.", "I run 15 km every Sunday with Kobayashi."),
             ("zh", "我每周日和小林跑12公里。", "我每周日和小林跑15公里。"),
@@ -822,14 +821,9 @@ mod tests {
             ("ja-workshop", "京都で第3回のワークショップに参加しました。", "京都で第4回のワークショップに参加しました。"),
         ];
         for (name, first, second) in pairs {
-            let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository(name), "test");
-            assert_eq!(add(&memory, &caller, first)[0].event, MergeEvent::Add, "{name}");
-            let changed = add(&memory, &caller, second);
-            assert_eq!(changed[0].event, MergeEvent::Add, "{name}: {changed:#?}");
             // The same number again is still known.
-            let again = add(&memory, &caller, second);
-            assert_eq!(again[0].event, MergeEvent::None, "{name}: {again:#?}");
-            assert_eq!(again[0].id, changed[0].id, "{name}");
+            let [_, changed, again] = added_added_known(&memory, name, [first, second, second]);
+            assert_eq!(again.id, changed.id, "{name}");
         }
     }
 
@@ -838,32 +832,46 @@ mod tests {
     /// naming the same ones is still known.
     #[test]
     fn a_fact_naming_someone_else_is_added_and_a_paraphrase_is_still_known() {
-        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
-        assert!(!memory.indexes().semantic().is_empty(), "the test needs the models (scripts/setup.sh)");
+        let memory = with_models();
         let cases = [
             (
                 "en",
-                "I want to visit Iceland with Omar someday.",
-                "I want to visit Norway with Omar someday.",
-                "Someday I'd love to visit Iceland with Omar.",
+                [
+                    "I want to visit Iceland with Omar someday.",
+                    "I want to visit Norway with Omar someday.",
+                    "Someday I'd love to visit Iceland with Omar.",
+                ],
             ),
             (
                 "ja",
-                "ケンジさんはベランダでバジルを育てています。",
-                "ユキさんはベランダでバジルを育てています。",
-                "ベランダでケンジさんがバジルを育てています。",
+                [
+                    "ケンジさんはベランダでバジルを育てています。",
+                    "ユキさんはベランダでバジルを育てています。",
+                    "ベランダでケンジさんがバジルを育てています。",
+                ],
             ),
         ];
-        for (name, first, other, paraphrase) in cases {
-            let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository(name), "test");
-            let added = add(&memory, &caller, first);
-            assert_eq!(added[0].event, MergeEvent::Add, "{name}");
-            let another = add(&memory, &caller, other);
-            assert_eq!(another[0].event, MergeEvent::Add, "{name}: {another:#?}");
-            let known = add(&memory, &caller, paraphrase);
-            assert_eq!(known[0].event, MergeEvent::None, "{name}: {known:#?}");
-            assert_eq!(known[0].id, added[0].id, "{name}: the paraphrase names the first memory");
+        for (name, texts) in cases {
+            let [first, _, known] = added_added_known(&memory, name, texts);
+            assert_eq!(known.id, first.id, "{name}: the paraphrase names the first memory");
         }
+    }
+
+    /// A memory with the real models (what the paraphrase check runs on).
+    fn with_models() -> Memory {
+        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
+        assert!(!memory.indexes().semantic().is_empty(), "the test needs the models (scripts/setup.sh)");
+        memory
+    }
+
+    /// Three adds of one message each into repository `name`: the first two
+    /// must be ADDs, the third a NONE. Their first results.
+    fn added_added_known(memory: &Memory, name: &str, texts: [&str; 3]) -> [MergeResult; 3] {
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository(name), "test");
+        let results = texts.map(|text| add(memory, &caller, text).swap_remove(0));
+        let events = results.each_ref().map(|r| r.event);
+        assert_eq!(events, [MergeEvent::Add, MergeEvent::Add, MergeEvent::None], "{name}: {results:#?}");
+        results
     }
 
     #[test]
