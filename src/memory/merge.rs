@@ -842,6 +842,7 @@ mod tests {
                     "Someday I'd love to visit Iceland with Omar.",
                 ],
             ),
+            ("zh", ["我想和小李一起学书法。", "我想和小王一起学书法。", "我想和小李一起学习书法。"]),
             (
                 "ja",
                 [

@@ -80,11 +80,17 @@ struct PersonMarkers {
     ja_suffixes: Vec<String>,
     zh_prefixes: Vec<String>,
     zh_surnames: HashSet<char>,
+    zh_before_person: HashSet<char>,
 }
 
 static PERSON_MARKERS: LazyLock<PersonMarkers> = LazyLock::new(|| {
-    let mut markers =
-        PersonMarkers { zh_suffixes: Vec::new(), ja_suffixes: Vec::new(), zh_prefixes: Vec::new(), zh_surnames: HashSet::new() };
+    let mut markers = PersonMarkers {
+        zh_suffixes: Vec::new(),
+        ja_suffixes: Vec::new(),
+        zh_prefixes: Vec::new(),
+        zh_surnames: HashSet::new(),
+        zh_before_person: HashSet::new(),
+    };
     let mut section = "";
     for line in include_str!("../../lexicon/person_markers.txt").lines() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -97,6 +103,7 @@ static PERSON_MARKERS: LazyLock<PersonMarkers> = LazyLock::new(|| {
                 "ja" => "ja",
                 "zh-prefix" => "zh-prefix",
                 "zh-surname" => "zh-surname",
+                "zh-before-person" => "zh-before-person",
                 _ => "",
             };
             continue;
@@ -106,6 +113,7 @@ static PERSON_MARKERS: LazyLock<PersonMarkers> = LazyLock::new(|| {
             "ja" => markers.ja_suffixes.push(line.to_owned()),
             "zh-prefix" => markers.zh_prefixes.push(line.to_owned()),
             "zh-surname" => markers.zh_surnames.extend(line.chars()),
+            "zh-before-person" => markers.zh_before_person.extend(line.chars()),
             _ => {}
         }
     }
@@ -261,11 +269,12 @@ fn cjk_people(text: &str, push: &mut dyn FnMut(Entity)) {
                 push(Entity::new(&chars[start..end].iter().collect::<String>(), EntityKind::Person));
             }
         }
-        // 老王 / 小李.
+        // 老王 / 小李: at a word's start, or after a word that takes a
+        // person (和小李, 跟老王), not inside a word (吃小龙虾, 是老方法).
         if markers.zh_prefixes.iter().any(|p| rest.starts_with(p.as_str()))
             && let Some(&next) = chars.get(idx + 1)
             && markers.zh_surnames.contains(&next)
-            && (idx == 0 || !is_han(chars[idx - 1]))
+            && (idx == 0 || !is_han(chars[idx - 1]) || markers.zh_before_person.contains(&chars[idx - 1]))
             && !has_kana(text)
         {
             push(Entity::new(&chars[idx..idx + 2].iter().collect::<String>(), EntityKind::Person));
@@ -342,6 +351,13 @@ mod tests {
         has(text, "星火计划", EntityKind::Project);
         has(text, "老李", EntityKind::Person);
         has(text, "login.py", EntityKind::File);
+        // After a word that takes a person, not inside a word.
+        has("我想和小李一起学书法", "小李", EntityKind::Person);
+        has("周末跟老王去钓鱼，顺便给小陈带了书", "老王", EntityKind::Person);
+        has("周末跟老王去钓鱼，顺便给小陈带了书", "小陈", EntityKind::Person);
+        for text in ["我们晚上吃小龙虾", "这是老方法", "他是小白", "我的小黄车坏了"] {
+            assert!(extract_entities(text).iter().all(|e| e.kind != EntityKind::Person), "{text}: {:?}", extract_entities(text));
+        }
     }
 
     #[test]
