@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
+use unicode_normalization::UnicodeNormalization;
 
 use super::{AtomFilter, Caller, CorrectAction, CorrectRequest, Effect, MemorizeOutcome, MemorizeRequest, Memory, Result};
 use crate::atom::Status;
@@ -93,8 +94,8 @@ struct Reading {
     numbers: Vec<String>,
     /// [`names`] of the content.
     names: Vec<String>,
-    /// The content, lowercased ([`names_another`]).
-    lower: String,
+    /// The content as [`crate::text::normalize`] folds it ([`names_another`]).
+    folded: String,
 }
 
 impl Reading {
@@ -107,7 +108,7 @@ impl Reading {
             topics: topic_terms(content),
             numbers: numbers(content),
             names: names(content),
-            lower: content.to_lowercase(),
+            folded: crate::text::normalize(content),
             clause,
         }
     }
@@ -231,29 +232,18 @@ fn stored_text(clause: &Clause, party: Option<&str>) -> String {
 }
 
 /// The numbers a text names (digits, number words, CJK numerals): a
-/// restatement names the same ones. Digits count wherever they stand:
-/// beside CJK characters (跑1150公里, 第3回) and in "15th", "10am" or
-/// "5km" a run of digits is a number of its own (full-width digits read as
-/// ASCII ones); split at every non-alphanumeric character, those were one
-/// word that was not all digits, so "runs 1150 km" and "runs 1134 km" in
-/// Chinese named no number, and the sentence model called them the same.
+/// restatement names the same ones. The text is read in NFKC, as the rest
+/// of the crate reads it (full-width digits are ASCII ones), and digits
+/// count wherever they stand: beside CJK characters (跑1150公里, 第3回) and
+/// in "15th", "10am" or "5km" a run of digits is a number of its own;
+/// split at every non-alphanumeric character, those were one word that was
+/// not all digits, so "runs 1150 km" and "runs 1134 km" in Chinese named no
+/// number, and the sentence model called them the same.
 fn numbers(text: &str) -> Vec<String> {
     const WORDS: &[&str] =
         &["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "first", "second", "third", "another"];
-    let digit = |c: char| match c {
-        '0'..='9' => Some(c),
-        '０'..='９' => char::from_u32(u32::from('0') + (u32::from(c) - u32::from('０'))),
-        _ => None,
-    };
-    let mut found: Vec<String> = Vec::new();
-    let mut run = String::new();
-    for c in text.chars().chain(std::iter::once(' ')) {
-        match digit(c) {
-            Some(d) => run.push(d),
-            None if !run.is_empty() => found.push(std::mem::take(&mut run)),
-            None => {}
-        }
-    }
+    let text: String = text.nfkc().collect();
+    let mut found: Vec<String> = text.split(|c: char| !c.is_ascii_digit()).filter(|run| !run.is_empty()).map(str::to_owned).collect();
     found.extend(text.split(|c: char| !c.is_ascii_alphabetic()).map(str::to_ascii_lowercase).filter(|w| WORDS.contains(&w.as_str())));
     found.extend(text.chars().filter(|c| "一二三四五六七八九十两".contains(*c)).map(String::from));
     found.sort();
@@ -273,7 +263,8 @@ fn names(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether a fact (`text` lowercased, and its [`names`]) and a memory each
+/// Whether a fact (`text` folded by [`crate::text::normalize`], as entity
+/// names are, and its [`names`]) and a memory each
 /// name something the other does not mention at all: "visit Iceland with
 /// Omar" and "visit Norway with Omar", ケンジさん and ユキさん growing basil.
 /// The sentence model finds such pairs nearly the same (0.96–0.97), but
@@ -282,7 +273,7 @@ fn names(text: &str) -> Vec<String> {
 /// capitalised first word ("Someday I'd love…" against "…someday") or a
 /// longer form ("Sister Lena" against "Lena, my sister") is no difference.
 fn names_another(text: &str, mine: &[String], theirs: &Reading) -> bool {
-    mine.iter().any(|name| !theirs.lower.contains(name.as_str())) && theirs.names.iter().any(|name| !text.contains(name.as_str()))
+    mine.iter().any(|name| !theirs.folded.contains(name.as_str())) && theirs.names.iter().any(|name| !text.contains(name.as_str()))
 }
 
 /// The part of a correction's right value that stands for the wrong one:
@@ -469,10 +460,10 @@ fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     }
     // 9. The same meaning in other words, when the sentence model is sure.
     let named = numbers(&clause.body);
-    let (lower, mentioned) = (clause.body.to_lowercase(), names(&clause.body));
+    let (folded, mentioned) = (crate::text::normalize(&clause.body), names(&clause.body));
     let candidates: Vec<&Known> = known
         .iter()
-        .filter(|k| k.read.numbers == named && !names_another(&lower, &mentioned, &k.read))
+        .filter(|k| k.read.numbers == named && !names_another(&folded, &mentioned, &k.read))
         .take(PARAPHRASE_CANDIDATES)
         .collect();
     let contents: Vec<&str> = candidates.iter().map(|k| k.content.as_str()).collect();
@@ -791,7 +782,7 @@ mod tests {
 
     #[test]
     fn a_fact_and_a_memory_name_another_only_when_each_names_what_the_other_lacks() {
-        let another = |fact: &str, memory: &str| names_another(&fact.to_lowercase(), &names(fact), &Reading::of(memory));
+        let another = |fact: &str, memory: &str| names_another(&crate::text::normalize(fact), &names(fact), &Reading::of(memory));
         // Each names someone or somewhere the other does not mention.
         assert!(another("I want to visit Norway with Omar someday", "Wants to visit Iceland with Omar someday"));
         assert!(another("I usually go climbing with Mateo on weekends", "Usually goes climbing with Priya on weekends"));
@@ -803,6 +794,8 @@ mod tests {
         assert!(!another("Lena, my sister, paints harbour watercolours", "Sister Lena paints watercolours of the harbour"));
         assert!(!another("I learned to knit from my grandmother", "Grandmother taught me to knit"));
         assert!(!another("I keep my kayak in the garage", "Keeps my road bike in the garage"));
+        // Full-width letters are the same names (NFKC, as entities are read).
+        assert!(!another("Someday I'd love to visit Ｉｃｅｌａｎｄ with Ｏｍａｒ", "Wants to visit Ｉｃｅｌａｎｄ with Ｏｍａｒ someday"));
     }
 
     /// With the model: a fact whose number changed is not a restatement of
