@@ -98,16 +98,10 @@ static PERSON_MARKERS: LazyLock<PersonMarkers> = LazyLock::new(|| {
             continue;
         }
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = match name {
-                "zh" => "zh",
-                "ja" => "ja",
-                "zh-prefix" => "zh-prefix",
-                "zh-surname" => "zh-surname",
-                "zh-before-person" => "zh-before-person",
-                _ => "",
-            };
+            section = name;
             continue;
         }
+        // A section not named here is skipped, line by line.
         match section {
             "zh" => markers.zh_suffixes.push(line.to_owned()),
             "ja" => markers.ja_suffixes.push(line.to_owned()),
