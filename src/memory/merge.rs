@@ -852,7 +852,7 @@ mod tests {
     }
 
     /// A memory with the real models (what the paraphrase check runs on).
-    fn with_models() -> Memory {
+    pub(super) fn with_models() -> Memory {
         let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
         assert!(!memory.indexes().semantic().is_empty(), "the test needs the models (scripts/setup.sh)");
         memory
@@ -1158,10 +1158,8 @@ mod ahead {
     /// against the first's memories, and in a dry run.
     #[test]
     fn every_text_a_merge_compares_is_embedded_before_it_decides() {
-        let memory = Memory::open_with(None, super::super::MemoryOptions::default()).unwrap();
-        let Some(model) = memory.indexes().semantic().first() else {
-            panic!("the test needs the models (scripts/setup.sh)");
-        };
+        let memory = super::tests::with_models();
+        let model = &memory.indexes().semantic()[0];
         let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository("agent"), "test");
         let chat = |lines: &[&str]| {
             let messages: Vec<Message> = lines.iter().map(|m| Message { role: "user".to_owned(), content: (*m).to_owned() }).collect();
