@@ -4,14 +4,17 @@ fresh store, then ADDS chats of MSGS user messages each (English, Chinese,
 Japanese; half of them name no number, so the merge asks the sentence model),
 with inference (extraction + merge) and with `infer: false`.
 
-    python3 benches/rest_add.py "$CARGO_TARGET_DIR/release/hmg" [ADDS=20] [MSGS=10] [true|false|both]
+    python3 benches/rest_add.py "$CARGO_TARGET_DIR/release/hmg" [ADDS=20] [MSGS=10] [true|false|both] [PRELOAD=0]
 
-Prints memories added per second and the per-add latency. WRAP="perf record
+PRELOAD memories (50 per `infer: false` add, not timed) go into the same
+user first: a long-time user's store. Prints memories added per second
+and the per-add latency. WRAP="perf record
 -g --" runs the server under a profiler. Python 3 standard library only.
 """
 import json, os, socket, subprocess, sys, tempfile, time, urllib.request, statistics, random
 hmg = sys.argv[1]; adds = int(sys.argv[2]) if len(sys.argv) > 2 else 20; per = int(sys.argv[3]) if len(sys.argv) > 3 else 10
 modes = sys.argv[4] if len(sys.argv) > 4 else "both"
+preload = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 rnd = random.Random(7)
 EN = ["I bought a {c} bike for the {n} race.", "My friend {p} recommended the book {t} {n}.", "I visited {city} in {m} for workshop {n}.",
       "I'm allergic to {a}.", "We adopted a {c} cat named {p} number {n}.", "I finished reading {t} volume {n} last week.",
@@ -44,6 +47,10 @@ def run(infer):
         r = urllib.request.Request(base + "/add", data=body, method="POST", headers={"Content-Type": "application/json"})
         return json.loads(urllib.request.urlopen(r, timeout=300).read())
     add([{"role": "user", "content": "I like green tea warmup."}])
+    for start in range(0, preload, 50):
+        body = json.dumps({"messages": [{"role": "user", "content": f"Older note {i}: {fact(i)}"} for i in range(start, min(start + 50, preload))],
+                           "user_id": "u1", "agent_id": "bench", "infer": False}).encode()
+        urllib.request.urlopen(urllib.request.Request(base + "/add", data=body, method="POST", headers={"Content-Type": "application/json"}), timeout=300).read()
     times, n_added, k, ev = [], 0, 0, {}
     t0 = time.perf_counter()
     for a in range(adds):
@@ -53,6 +60,6 @@ def run(infer):
         for x in r["results"]: ev[x["event"]] = ev.get(x["event"], 0) + 1
     total = time.perf_counter() - t0
     proc.send_signal(2); proc.wait()
-    print(f"infer={infer}: {adds} adds x {per} msgs: {n_added} ADD in {total:.2f} s = {n_added/total:.0f} memories/s; per add p50 {statistics.median(times)*1e3:.0f} ms max {max(times)*1e3:.0f} ms {ev}")
+    print(f"infer={infer}{f' after {preload} memories' if preload else ''}: {adds} adds x {per} msgs: {n_added} ADD in {total:.2f} s = {n_added/total:.0f} memories/s; per add p50 {statistics.median(times)*1e3:.0f} ms max {max(times)*1e3:.0f} ms {ev}")
 for infer in ([True, False] if modes == "both" else [modes == "true"]):
     run(infer)

@@ -321,29 +321,16 @@ impl Memory {
     /// is read once): listing one REST user's memories does not read every
     /// user's.
     fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom) -> bool) -> Result<()> {
-        let mut ids: Vec<(AtomId, Option<oxigraph::model::NamedNode>)> = self
-            .store
-            .select(NamedQuery::AtomsWithScope, tenant, &[])?
-            .iter()
-            .filter_map(|row| {
-                let id = row.get("atom").and_then(store::atom_id_of)?;
-                let scope = match row.get("scope") {
-                    Some(oxigraph::model::Term::NamedNode(node)) => Some(node.clone()),
-                    _ => None,
-                };
-                Some((id, scope))
-            })
-            .collect();
-        ids.sort_unstable_by_key(|(id, _)| std::cmp::Reverse(*id));
+        let listing = self.store.atoms_with_scope(tenant)?;
         let mut scopes = std::collections::HashMap::new();
         let mut kept = std::collections::HashMap::new();
-        for (id, node) in ids {
+        for (id, node) in listing.newest_first() {
             if let Some(node) = node {
-                let keep = match kept.get(&node) {
+                let keep = match kept.get(node) {
                     Some(keep) => *keep,
                     None => {
                         let keep = filter.keeps_scope(&super::scope_of(&self.store, tenant, node.clone(), &mut scopes)?);
-                        kept.insert(node, keep);
+                        kept.insert(node.clone(), keep);
                         keep
                     }
                 };

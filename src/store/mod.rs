@@ -22,6 +22,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod backend;
+pub(crate) mod catalog;
 pub(crate) mod codec;
 pub(crate) mod embedded;
 mod layout;
@@ -138,6 +139,8 @@ pub struct Store {
     /// Serializes this process's writers and caches what only they change
     /// (for a store no other process writes).
     writer: Mutex<WriterState>,
+    /// Each tenant's atoms and their scopes, between writes.
+    catalog: catalog::Catalog,
 }
 
 /// Evaluates a caller's own read-only query on `store`, confined to
@@ -213,7 +216,7 @@ impl Store {
     }
 
     fn with_backend(backend: Box<dyn Backend>) -> Result<Store> {
-        let store = Store { backend, writer: Mutex::new(WriterState::default()) };
+        let store = Store { backend, writer: Mutex::new(WriterState::default()), catalog: catalog::Catalog::default() };
         store.init_metadata()?;
         Ok(store)
     }
@@ -277,7 +280,11 @@ impl Store {
     /// Opens a checkpoint made by [`Store::read_snapshot`], read-only (no
     /// process writes a checkpoint).
     pub fn open_snapshot(dir: &Path) -> Result<Store> {
-        Ok(Store { backend: Box::new(embedded::Embedded::open_read_only(dir)?), writer: Mutex::new(WriterState::default()) })
+        Ok(Store {
+            backend: Box::new(embedded::Embedded::open_read_only(dir)?),
+            writer: Mutex::new(WriterState::default()),
+            catalog: catalog::Catalog::default(),
+        })
     }
 
     /// A read-only checkpoint of an embedded store as of now, for
@@ -316,6 +323,52 @@ impl Store {
             }
         }
         Ok(grouped)
+    }
+
+    /// Every atom of `tenant` with its scope node, newest first
+    /// ([`catalog::Listing`]): kept between writes, read again (two scans
+    /// of the tenant's graph by predicate) when a write it did not see
+    /// committed.
+    pub(crate) fn atoms_with_scope(&self, tenant: &str) -> Result<Arc<catalog::Listing>> {
+        let graph = tenant_graph(tenant);
+        let version = self.snapshot_version()?;
+        if let Some(listing) = self.catalog.get(&graph, version) {
+            return Ok(listing);
+        }
+        let listing = Arc::new(self.read_listing(&graph)?);
+        self.catalog.put(graph, version, Arc::clone(&listing));
+        Ok(listing)
+    }
+
+    /// `tenant`'s listing if one is kept at the current version (tests:
+    /// whether a write patched it).
+    #[cfg(test)]
+    pub(crate) fn kept_listing(&self, tenant: &str) -> Option<Arc<catalog::Listing>> {
+        self.catalog.get(&tenant_graph(tenant), self.snapshot_version().ok()?)
+    }
+
+    /// Every atom of the tenant graph `graph` with its scope node, read
+    /// from the backend.
+    pub(crate) fn read_listing(&self, graph: &NamedNode) -> Result<catalog::Listing> {
+        let mut listing = catalog::Listing::default();
+        let graph_ref = graph.as_ref().into();
+        let atom_type = Term::NamedNode(hmg::ATOM.into_owned());
+        for quad in self.backend.quads(None, Some(oxigraph::model::vocab::rdf::TYPE), Some(&atom_type), graph_ref)? {
+            if let oxigraph::model::NamedOrBlankNode::NamedNode(subject) = &quad.subject
+                && let Some(id) = atom_id_of_iri(subject.as_str())
+            {
+                listing.insert(id, None);
+            }
+        }
+        for quad in self.backend.quads(None, Some(hmg::IN_SCOPE), None, graph_ref)? {
+            if let (oxigraph::model::NamedOrBlankNode::NamedNode(subject), Term::NamedNode(scope)) = (&quad.subject, quad.object)
+                && let Some(id) = atom_id_of_iri(subject.as_str())
+                && listing.contains(id)
+            {
+                listing.insert(id, Some(scope));
+            }
+        }
+        Ok(listing)
     }
 
     /// Every quad of `tenant`'s graph (export).
@@ -383,6 +436,7 @@ impl Store {
                     return Err(error.into());
                 }
                 Ok(Committed::Applied) => {
+                    self.catalog.committed(u64::try_from(version).unwrap_or(0), &changes);
                     // Only a committed transaction may update the cache.
                     cached.version = Some(version);
                     cached.audit_heads.extend(heads);
@@ -437,6 +491,7 @@ impl Store {
         if target.backend.commit(&changes, &Guard { version: Some(0), audit_heads: Vec::new() })? == Committed::Lost {
             return Err(StoreError::Config(format!("another process wrote to {} during the migration", target.location())));
         }
+        target.catalog.clear();
         target.flush()?;
         Ok(copied)
     }
@@ -446,6 +501,7 @@ impl Store {
     /// lock, so no transaction overlaps it.
     pub fn vacuum(&self) -> Result<()> {
         let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.catalog.clear();
         self.backend.vacuum()
     }
 

@@ -58,8 +58,6 @@ named_queries! {
     ActiveAtoms => "active_atoms",
     /// All atoms in id order.
     AllAtoms => "all_atoms",
-    /// All atoms with their scope nodes (listing).
-    AtomsWithScope => "atoms_with_scope",
     /// memory_stats counts.
     Stats => "stats",
     /// The change feed (maintenance, all graphs).

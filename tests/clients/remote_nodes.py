@@ -8,7 +8,8 @@ replace of a few *shared* atoms that writers on both nodes race for, and
 govern quarantine. Then, with SPARQLWrapper straight against the store:
 every acknowledged write is there, each evolution chain has at most one
 active atom, and a recall on each node finds the other node's writes
-(immediately: a recall catches its node up with the store first).
+(immediately: a recall catches its node up with the store first) and
+lists them among the newest atoms.
 Prints one JSON line of figures. Run by tests/integration/remote.rs.
 """
 
@@ -50,6 +51,7 @@ MEMORIZE = "mutation($c: String!) { memorize(content: $c, source: \"user\") { ef
 REPLACE = "mutation($t: String!, $c: String!) { correct(targetAtom: $t, action: \"replace\", reason: \"changed\", newContent: $c) { effect newAtomId } }"
 QUARANTINE = "mutation($t: String!) { govern(targetAtom: $t, action: \"quarantine\", reason: \"review\") { effect } }"
 RECALL = "query($q: String!) { recall(query: $q, maxResults: 10) { atomId content } }"
+NEWEST = "{ atoms(first: 3) { nodes { atomId } } }"
 
 lock = threading.Lock()
 acknowledged = []  # (atom id, node)
@@ -195,6 +197,10 @@ def main():
             hits, _ = outcome(reader, RECALL, {"q": content}, "recall")
             lags.append(time.time() - written)
             check(hits is not None and data["atomId"] in [h["atomId"] for h in hits], f"node {reader} recalls node {writer_node}'s write", hits)
+            # A listing too: a node keeps its tenants' atom lists between
+            # writes and must read them again after another node's.
+            listed, _ = outcome(reader, NEWEST, {}, "atoms")
+            check(listed is not None and data["atomId"] in [n["atomId"] for n in listed["nodes"]], f"node {reader} lists node {writer_node}'s write", listed)
     for atom, node, content in random.Random(1).sample([a for a in acknowledged if a[2]], 10):
         other = "B" if node == "A" else "A"
         hits, _ = outcome(other, RECALL, {"q": content}, "recall")

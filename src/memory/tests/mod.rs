@@ -5,6 +5,7 @@
 mod audit;
 mod burst;
 mod cards;
+mod listing;
 mod queries;
 mod reopen;
 mod usage;

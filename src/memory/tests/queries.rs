@@ -129,15 +129,6 @@ fn check(query: NamedQuery, fixture: &Fixture) {
             let rows = s.select(query, "alice", &[]).unwrap();
             assert_eq!(column(&rows, "atom"), [atom(a), atom(b), atom(lesson)]);
         }
-        NamedQuery::AtomsWithScope => {
-            let rows = s.select(query, "alice", &[]).unwrap();
-            let mut ids = column(&rows, "atom");
-            ids.sort();
-            assert_eq!(ids, [atom(a), atom(b), atom(lesson)]);
-            let scopes = column(&rows, "scope");
-            assert_eq!(scopes.len(), 3);
-            assert!(scopes.iter().all(|s| s.starts_with("urn:hmg:scope:")), "{scopes:?}");
-        }
         NamedQuery::ChangesSince => {
             let rows = s.select_all_graphs(query, &[("since", Literal::from(1_i64).into())]).unwrap();
             assert_eq!(column(&rows, "version"), ["2", "3"]);
