@@ -113,6 +113,29 @@ pub struct Semantic {
     asked_uncached: std::sync::atomic::AtomicU64,
 }
 
+/// How many engine threads the models embed on (one per core; recall
+/// places a query's runs over them).
+pub(crate) fn engine_count() -> usize {
+    embed::engine_count()
+}
+
+/// Where [`Semantic::start_queries`] embeds a model's query texts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// One batch on the first engine thread, every core through OpenMP.
+    Every,
+    /// One batch on engine thread `n`, one core (models side by side).
+    Core(usize),
+    /// The first text (a dialogue query, whole) on engine thread `whole`
+    /// and the rest (its parts) on engine thread `parts`, one core each.
+    /// The whole and its parts are about the same tokens, so each half is
+    /// about half the model's work: two models crossed over two cores
+    /// (e5 whole + MiniLM parts on one, e5 parts + MiniLM whole on the
+    /// other) keep both busy, where e5's whole batch on one core was about
+    /// twice MiniLM's on the other.
+    Halves { whole: usize, parts: usize },
+}
+
 /// Query vectors on their way ([`Semantic::start_queries`]).
 pub(crate) struct StartedQueries {
     /// One per query: from the cache, or `None` until the engine answers.
@@ -260,16 +283,14 @@ impl Semantic {
     /// This model's vectors for several queries (a dialogue's parts): the
     /// ones seen lately from the cache, the others in one batch.
     pub fn embed_queries(&self, queries: &[&str]) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
-        let started = self.start_queries(queries, None)?;
+        let started = self.start_queries(queries, Placement::Every)?;
         self.finish_queries(started)
     }
 
     /// Starts this model's vectors for `queries`: the ones seen lately come
-    /// from the cache, the others go to an engine thread in one batch, on
-    /// every core (`engine` `None`) or on one core of engine thread
-    /// `engine` (models embedding side by side). Returns at once;
-    /// [`Semantic::finish_queries`] waits.
-    pub(crate) fn start_queries(&self, queries: &[&str], engine: Option<usize>) -> Result<StartedQueries, crate::index::embed::EmbedError> {
+    /// from the cache, the others go to the engine threads as `placement`
+    /// says. Returns at once; [`Semantic::finish_queries`] waits.
+    pub(crate) fn start_queries(&self, queries: &[&str], placement: Placement) -> Result<StartedQueries, crate::index::embed::EmbedError> {
         let vectors: Vec<Option<Vec<f32>>> = {
             let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             queries.iter().map(|q| cache.get(*q).cloned()).collect()
@@ -279,12 +300,10 @@ impl Semantic {
             None
         } else {
             let embedder = Arc::clone(&self.embedder);
-            let owned = missing.clone();
             let cost = Arc::clone(&self.query_micros);
-            let work = move || {
+            let work = move |refs: &[&str]| {
                 let started = std::time::Instant::now();
-                let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-                let vectors = embedder.embed_queries(&refs);
+                let vectors = embedder.embed_queries(refs);
                 let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64;
                 // An eighth of each new figure; the first is taken whole.
                 let old = cost.load(std::sync::atomic::Ordering::Relaxed);
@@ -292,7 +311,29 @@ impl Semantic {
                 cost.store(new.max(1), std::sync::atomic::Ordering::Relaxed);
                 vectors
             };
-            Some(embed::start_on(engine, work)?)
+            let runs = match placement {
+                Placement::Every => vec![(None, missing.clone())],
+                Placement::Core(n) => vec![(Some(n), missing.clone())],
+                Placement::Halves { whole, parts } => {
+                    // The whole is `missing[0]` only when it was not cached.
+                    let split = usize::from(vectors.first().is_some_and(Option::is_none)).min(missing.len());
+                    let (first, rest) = missing.split_at(split);
+                    [(Some(whole), first.to_vec()), (Some(parts), rest.to_vec())]
+                        .into_iter()
+                        .filter(|(_, texts)| !texts.is_empty())
+                        .collect()
+                }
+            };
+            Some(if let [(engine, _)] = runs.as_slice() {
+                let engine = *engine;
+                let texts: Vec<String> = runs.into_iter().flat_map(|(_, texts)| texts).collect();
+                embed::start_on(engine, move || {
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    work(&refs)
+                })?
+            } else {
+                embed::start_runs(runs.into_iter().map(|(engine, texts)| (engine.unwrap_or(0), texts)).collect(), work)?
+            })
         };
         Ok(StartedQueries { vectors, missing, pending })
     }
@@ -926,11 +967,49 @@ mod tests {
     }
 
     #[test]
+    fn a_dialogue_embedded_in_halves_gives_the_models_own_vectors_in_order() {
+        let models = models();
+        let dialogue = "User: I moved to Porto in May for the new job.\nAssistant: How do you like it?\n用户：我每周日和Ana跑五公里。\nユーザー：週末は京都で写真を撮ります。";
+        let parts =
+            ["I moved to Porto in May for the new job.", "How do you like it?", "我每周日和Ana跑五公里。", "週末は京都で写真を撮ります。"];
+        let texts: Vec<&str> = std::iter::once(dialogue).chain(parts).collect();
+        // Both models started before either is waited for, crossed over the
+        // two engine threads, as recall starts them.
+        let placements = [Placement::Halves { whole: 0, parts: 1 }, Placement::Halves { whole: 1, parts: 0 }];
+        let started: Vec<StartedQueries> = models.iter().zip(placements).map(|(s, p)| s.start_queries(&texts, p).unwrap()).collect();
+        for (s, started) in models.iter().zip(started) {
+            let vectors = s.finish_queries(started).unwrap();
+            let own = s.embedder.embed_queries(&texts).unwrap();
+            assert_eq!(vectors.len(), texts.len(), "{}", s.embedder.id());
+            for (n, (a, b)) in vectors.iter().zip(&own).enumerate() {
+                let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+                assert!(cosine > 0.9999, "{}: text {n}: cosine {cosine} with the model's own call", s.embedder.id());
+            }
+            // The whole cached, a part new: only the part is embedded, in place.
+            let new_part = "Redis 迁移到哪个集群了";
+            let again = s.start_queries(&[dialogue, parts[0], new_part], Placement::Halves { whole: 0, parts: 1 }).unwrap();
+            assert_eq!(again.missing, vec![new_part.to_owned()]);
+            let again = s.finish_queries(again).unwrap();
+            assert_eq!(again[..2], [vectors[0].clone(), vectors[1].clone()]);
+            let cosine: f32 = again[2].iter().zip(&s.embedder.embed_query(new_part).unwrap()).map(|(x, y)| x * y).sum();
+            assert!(cosine > 0.9999, "{}: the new part, cosine {cosine}", s.embedder.id());
+            // A new whole, its parts cached: the whole alone.
+            let new_whole = format!("{dialogue}\nUser: thanks!");
+            let fresh = s.start_queries(&[new_whole.as_str(), parts[1], parts[2]], Placement::Halves { whole: 1, parts: 0 }).unwrap();
+            assert_eq!(fresh.missing, vec![new_whole.clone()]);
+            let fresh = s.finish_queries(fresh).unwrap();
+            assert_eq!(fresh[1..], [vectors[2].clone(), vectors[3].clone()]);
+            assert_eq!(fresh[0], s.embed_query(&new_whole).unwrap(), "cached by the halves' call");
+        }
+    }
+
+    #[test]
     fn queries_embedded_side_by_side_match_the_models_own_vectors_and_are_cached() {
         let models = models();
         let queries = ["Where does Caroline work now?", "老李的猫叫什么名字？", "田中さんの好きな食べ物は何ですか", "thanks!"];
         // Every model started before any is waited for, one per engine thread.
-        let started: Vec<StartedQueries> = models.iter().enumerate().map(|(i, s)| s.start_queries(&queries, Some(i)).unwrap()).collect();
+        let started: Vec<StartedQueries> =
+            models.iter().enumerate().map(|(i, s)| s.start_queries(&queries, Placement::Core(i)).unwrap()).collect();
         for (s, started) in models.iter().zip(started) {
             let vectors = s.finish_queries(started).unwrap();
             assert_eq!(vectors.len(), queries.len(), "{}", s.embedder.id());
@@ -943,11 +1022,11 @@ mod tests {
             }
             assert_eq!(s.query_cache.lock().unwrap().len(), queries.len());
             // Seen: from the cache, with nothing left for an engine.
-            let again = s.start_queries(&queries[..2], Some(1)).unwrap();
+            let again = s.start_queries(&queries[..2], Placement::Core(1)).unwrap();
             assert!(again.pending.is_none());
             assert_eq!(s.finish_queries(again).unwrap(), vectors[..2].to_vec());
             // A mix: only the new query goes to the engine, order kept.
-            let mixed = s.start_queries(&["Redis 迁移到哪个集群了", queries[0]], None).unwrap();
+            let mixed = s.start_queries(&["Redis 迁移到哪个集群了", queries[0]], Placement::Every).unwrap();
             assert_eq!(mixed.missing, vec!["Redis 迁移到哪个集群了".to_owned()]);
             let mixed = s.finish_queries(mixed).unwrap();
             assert_eq!(mixed[1], vectors[0]);

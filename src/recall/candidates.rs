@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::{Query, RecallConfig, RecallError};
 use crate::atom::AtomId;
-use crate::index::{IndexError, Indexes, Semantic};
+use crate::index::{IndexError, Indexes, Placement, Semantic};
 use crate::store;
 use crate::text::analyze::{Mode, terms};
 
@@ -32,7 +32,8 @@ fn understands(semantic: &Semantic, language: &str) -> bool {
 }
 
 /// Gathers every list for `query`. The models embed the query on the
-/// engine threads (side by side, one core each, when there are several).
+/// engine threads (side by side, one core each, when there are several;
+/// a dialogue's whole and parts crossed over two cores: [`placements`]).
 /// This thread waits for them in the order they are expected to answer
 /// (the cost each had lately) and searches each model's vectors as soon as
 /// its vector is there, while the slower ones still embed; the keyword and
@@ -55,11 +56,19 @@ pub(super) fn gather(
         texts.extend(parts.iter().map(String::as_str));
     }
     let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| understands(s, query.language)).collect();
-    // On one core, side by side is one model after the other on it.
-    let side_by_side = models.len() >= 2;
-    let mut started: Vec<_> = models.iter().enumerate().map(|(i, s)| Some(s.start_queries(&texts, side_by_side.then_some(i)))).collect();
+    // Waited for in the order the models are expected to answer (the cost
+    // each had lately). Halves are also started in that order: on an
+    // engine thread the faster model's half goes first, so it answers
+    // first; otherwise each model has its own core, model by model.
     let mut order: Vec<usize> = (0..models.len()).collect();
     order.sort_by_key(|&i| models[i].query_micros());
+    let placement = placements(models.len(), with_parts, crate::index::engine_count());
+    let halves = placement.iter().any(|p| matches!(p, Placement::Halves { .. }));
+    let start: Vec<usize> = if halves { order.clone() } else { (0..models.len()).collect() };
+    let mut started: Vec<_> = models.iter().map(|_| None).collect();
+    for (&i, placement) in start.iter().zip(placement) {
+        started[i] = Some(models[i].start_queries(&texts, placement));
+    }
     // Each model's lists in the models' order, whatever order they came in
     // (fusion adds them up in that order).
     let mut semantic: Vec<Option<Vec<(AtomId, f32)>>> = vec![None; models.len()];
@@ -119,6 +128,30 @@ pub(super) fn gather(
     };
     let segment = average(per_part.into_iter().flatten().collect());
     Ok(Lists { keyword, semantic: semantic.into_iter().flatten().collect(), segment, entity, parts: parts.len() })
+}
+
+/// Where the models started `i`-th of `models` embeds the query (its
+/// whole text, then its parts when `with_parts`), over `engines` engine
+/// threads. Several models run side by side, one core each (on one core,
+/// one after the other); a lone model's batch takes every core. A
+/// dialogue's whole text and its parts are about the same tokens, so with
+/// two models and two cores each model's whole and parts go to both,
+/// crossed over: e5's whole and MiniLM's parts on one core, e5's parts and
+/// MiniLM's whole on the other. e5's whole batch on one core took about
+/// twice MiniLM's and left the other core idle for half of the query
+/// (MADial en, `hmg eval`, alternated: p50 60 / 59 → 51 / 50 ms, R@10
+/// unchanged). A lone model (a Chinese or Japanese dialogue) gained
+/// nothing from halves over one batch on both cores (p50 30 / 31 →
+/// 31 / 33 ms), so it keeps the batch.
+pub(super) fn placements(models: usize, with_parts: bool, engines: usize) -> Vec<Placement> {
+    (0..models)
+        .map(|i| match (with_parts && engines >= 2 && models >= 2, models >= 2) {
+            (true, _) if engines >= 2 * models => Placement::Halves { whole: 2 * i, parts: 2 * i + 1 },
+            (true, _) => Placement::Halves { whole: i % engines, parts: (i + 1) % engines },
+            (false, true) => Placement::Core(i),
+            (false, false) => Placement::Every,
+        })
+        .collect()
 }
 
 /// The keyword list (BM25 scores) and the entity list.

@@ -257,6 +257,25 @@ mod tests {
     }
 
     #[test]
+    fn a_dialogues_whole_and_parts_go_to_two_cores_per_model_crossed_over() {
+        use super::candidates::placements;
+        use crate::index::Placement::{Core, Every, Halves};
+        // Two models on two cores: each core has one half of each model.
+        assert_eq!(placements(2, true, 2), vec![Halves { whole: 0, parts: 1 }, Halves { whole: 1, parts: 0 }]);
+        // A lone model (a Chinese dialogue): one batch on every core.
+        assert_eq!(placements(1, true, 2), vec![Every]);
+        // Cores enough for every half: each its own.
+        assert_eq!(placements(2, true, 4), vec![Halves { whole: 0, parts: 1 }, Halves { whole: 2, parts: 3 }]);
+        // One core: no halves to put side by side.
+        assert_eq!(placements(2, true, 1), vec![Core(0), Core(1)]);
+        assert_eq!(placements(1, true, 1), vec![Every]);
+        // A short query: one batch per model.
+        assert_eq!(placements(2, false, 2), vec![Core(0), Core(1)]);
+        assert_eq!(placements(1, false, 2), vec![Every]);
+        assert!(placements(0, true, 2).is_empty());
+    }
+
+    #[test]
     fn a_source_is_named_when_every_term_of_it_is_in_the_query() {
         let q = query_terms("What did Caroline say about the adoption agency?");
         assert!(names_source(&q, "Caroline"));

@@ -177,6 +177,44 @@ pub(crate) fn start_on<T: Send + 'static>(
     Ok(Pending(Waiting::Parts(vec![Part::new(answer)])))
 }
 
+/// Starts one model's call as `runs` of texts, each on the engine thread it
+/// names (modulo their number) with OpenMP held to one core there, and
+/// returns at once; [`Pending::wait`] gives the vectors of every run, in
+/// the runs' order. A run queues behind what its thread already has, so
+/// two models' runs started one after the other interleave on the threads
+/// (a dialogue query's whole text on one core and its parts on the other,
+/// per model: [`crate::index::Placement::Halves`]).
+pub(crate) fn start_runs<T: Send + 'static>(
+    runs: Vec<(usize, Vec<String>)>,
+    work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
+) -> Result<Pending<T>, EmbedError> {
+    let Some(engines) = engines() else {
+        // No engine thread: every run here, one after the other.
+        let mut vectors = Vec::new();
+        for (_, texts) in runs {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            match work(&refs) {
+                Ok(run) => vectors.extend(run),
+                Err(error) => return Ok(Pending(Waiting::Done(Err(error)))),
+            }
+        }
+        return Ok(Pending(Waiting::Done(Ok(vectors))));
+    };
+    let work = Arc::new(work);
+    let count = engines.len();
+    let mut pending = Vec::with_capacity(runs.len());
+    for (engine, texts) in runs {
+        let work = Arc::clone(&work);
+        let run = move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            work(&refs)
+        };
+        let engine = engine % count;
+        pending.push(Part::new(submit(engines, engine, move || on_own_core(engine, count, run))?));
+    }
+    Ok(Pending(Waiting::Parts(pending)))
+}
+
 /// Loads and prepares `models` on the engine threads, in the background:
 /// queued before any embedding, so the first query waits only for what is
 /// left of it, while the caller opens the indexes on its own thread. A
