@@ -311,28 +311,23 @@ impl Semantic {
                 cost.store(new.max(1), std::sync::atomic::Ordering::Relaxed);
                 vectors
             };
-            let runs = match placement {
-                Placement::Every => vec![(None, missing.clone())],
-                Placement::Core(n) => vec![(Some(n), missing.clone())],
+            Some(match placement {
+                Placement::Every => {
+                    let texts = missing.clone();
+                    embed::start_on(None, move || {
+                        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                        work(&refs)
+                    })?
+                }
+                Placement::Core(n) => embed::start_runs(vec![(n, missing.clone())], work)?,
                 Placement::Halves { whole, parts } => {
                     // The whole is `missing[0]` only when it was not cached.
                     let split = usize::from(vectors.first().is_some_and(Option::is_none)).min(missing.len());
                     let (first, rest) = missing.split_at(split);
-                    [(Some(whole), first.to_vec()), (Some(parts), rest.to_vec())]
-                        .into_iter()
-                        .filter(|(_, texts)| !texts.is_empty())
-                        .collect()
+                    let runs =
+                        [(whole, first.to_vec()), (parts, rest.to_vec())].into_iter().filter(|(_, texts)| !texts.is_empty()).collect();
+                    embed::start_runs(runs, work)?
                 }
-            };
-            Some(if let [(engine, _)] = runs.as_slice() {
-                let engine = *engine;
-                let texts: Vec<String> = runs.into_iter().flat_map(|(_, texts)| texts).collect();
-                embed::start_on(engine, move || {
-                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    work(&refs)
-                })?
-            } else {
-                embed::start_runs(runs.into_iter().map(|(engine, texts)| (engine.unwrap_or(0), texts)).collect(), work)?
             })
         };
         Ok(StartedQueries { vectors, missing, pending })

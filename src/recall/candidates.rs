@@ -144,12 +144,18 @@ pub(super) fn gather(
 /// nothing from halves over one batch on both cores (p50 30 / 31 →
 /// 31 / 33 ms), so it keeps the batch.
 pub(super) fn placements(models: usize, with_parts: bool, engines: usize) -> Vec<Placement> {
+    let halves = with_parts && models >= 2 && engines >= 2;
     (0..models)
-        .map(|i| match (with_parts && engines >= 2 && models >= 2, models >= 2) {
-            (true, _) if engines >= 2 * models => Placement::Halves { whole: 2 * i, parts: 2 * i + 1 },
-            (true, _) => Placement::Halves { whole: i % engines, parts: (i + 1) % engines },
-            (false, true) => Placement::Core(i),
-            (false, false) => Placement::Every,
+        .map(|i| {
+            if halves && engines >= 2 * models {
+                Placement::Halves { whole: 2 * i, parts: 2 * i + 1 }
+            } else if halves {
+                Placement::Halves { whole: i % engines, parts: (i + 1) % engines }
+            } else if models >= 2 {
+                Placement::Core(i)
+            } else {
+                Placement::Every
+            }
         })
         .collect()
 }

@@ -183,7 +183,7 @@ pub(crate) fn start_on<T: Send + 'static>(
 /// the runs' order. A run queues behind what its thread already has, so
 /// two models' runs started one after the other interleave on the threads
 /// (a dialogue query's whole text on one core and its parts on the other,
-/// per model: [`crate::index::Placement::Halves`]).
+/// per model; a split batch, [`start_on_engine_threads`]).
 pub(crate) fn start_runs<T: Send + 'static>(
     runs: Vec<(usize, Vec<String>)>,
     work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
@@ -283,14 +283,17 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
     texts: Vec<String>,
     work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
 ) -> Result<Pending<T>, EmbedError> {
-    let Some(engines) = engines() else {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        return Ok(Pending(Waiting::Done(work(&refs))));
-    };
-    let work = Arc::new(work);
     let bytes: usize = texts.iter().map(String::len).sum();
     let parts = split_parts(texts.len(), bytes);
-    let mut pending = Vec::with_capacity(parts);
+    if parts == 1 {
+        // One run takes every core (OpenMP).
+        return start_on(None, move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            work(&refs)
+        });
+    }
+    // Several take one core each.
+    let mut runs = Vec::with_capacity(parts);
     let mut texts = texts.into_iter().peekable();
     let mut left = bytes;
     for part in 0..parts {
@@ -306,20 +309,9 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
             run.extend(texts.next());
         }
         left -= run_bytes;
-        let work = Arc::clone(&work);
-        let run = move || {
-            let refs: Vec<&str> = run.iter().map(String::as_str).collect();
-            work(&refs)
-        };
-        // One run takes every core (OpenMP); several take one core each.
-        let count = engines.len();
-        pending.push(Part::new(if parts == 1 {
-            submit(engines, 0, run)?
-        } else {
-            submit(engines, part, move || on_own_core(part, count, run))?
-        }));
+        runs.push((part, run));
     }
-    Ok(Pending(Waiting::Parts(pending)))
+    start_runs(runs, work)
 }
 
 /// Runs `work` on engine thread `engine`'s own core, of `engines`: the C
