@@ -312,13 +312,7 @@ impl Semantic {
                 vectors
             };
             Some(match placement {
-                Placement::Every => {
-                    let texts = missing.clone();
-                    embed::start_on(None, move || {
-                        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                        work(&refs)
-                    })?
-                }
+                Placement::Every => embed::start_batch(missing.clone(), work)?,
                 Placement::Core(n) => embed::start_runs(vec![(n, missing.clone())], work)?,
                 Placement::Halves { whole, parts } => {
                     // The whole is `missing[0]` only when it was not cached.

@@ -177,6 +177,18 @@ pub(crate) fn start_on<T: Send + 'static>(
     Ok(Pending(Waiting::Parts(vec![Part::new(answer)])))
 }
 
+/// Starts one model's call on `texts` as one batch on the first engine
+/// thread, every core on it (OpenMP); [`Pending::wait`] gives the vectors.
+pub(crate) fn start_batch<T: Send + 'static>(
+    texts: Vec<String>,
+    work: impl FnOnce(&[&str]) -> Result<Vec<T>, EmbedError> + Send + 'static,
+) -> Result<Pending<T>, EmbedError> {
+    start_on(None, move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        work(&refs)
+    })
+}
+
 /// Starts one model's call as `runs` of texts, each on the engine thread it
 /// names (modulo their number) with OpenMP held to one core there, and
 /// returns at once; [`Pending::wait`] gives the vectors of every run, in
@@ -286,11 +298,7 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
     let bytes: usize = texts.iter().map(String::len).sum();
     let parts = split_parts(texts.len(), bytes);
     if parts == 1 {
-        // One run takes every core (OpenMP).
-        return start_on(None, move || {
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            work(&refs)
-        });
+        return start_batch(texts, work);
     }
     // Several take one core each.
     let mut runs = Vec::with_capacity(parts);
