@@ -225,17 +225,20 @@ impl Semantic {
     }
 
     /// Puts this model's vector for each of `queries` into the cache, each
-    /// text embedded alone, as [`Semantic::embed_query`] embeds it, and the
-    /// texts dealt out to the engine threads, one core each, side by side.
-    /// One short text on every core left OpenMP's second worker waiting at
-    /// barriers (perf of the REST add: a quarter of all samples), and the
-    /// other engine thread idle. A text's pass gives the same vector
-    /// whatever the cores it runs on (a test holds it), so what a caller
-    /// compares does not depend on which way a text was embedded. For
-    /// callers that know ahead what they will ask about (the merge's
-    /// comparisons); texts already cached are not embedded again.
+    /// text embedded alone, as [`Semantic::embed_query`] embeds it, on the
+    /// engine threads, one core each, side by side. One short text on every
+    /// core left OpenMP's second worker waiting at barriers (perf of the
+    /// REST add: a quarter of all samples), and the other engine thread
+    /// idle. The engines take the texts from one queue, longest first, so
+    /// neither waits while the other still has several: a fixed deal left
+    /// one core idle for a whole pass whenever the count was odd or a text
+    /// long. A text's pass gives the same vector whatever the cores it runs
+    /// on (a test holds it), so what a caller compares does not depend on
+    /// which way a text was embedded. For callers that know ahead what they
+    /// will ask about (the merge's comparisons); texts already cached are
+    /// not embedded again.
     pub(crate) fn embed_each_ahead(&self, queries: &[&str]) -> Result<(), EmbedError> {
-        let missing: Vec<String> = {
+        let mut missing: Vec<String> = {
             let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut asked = std::collections::HashSet::new();
             queries.iter().filter(|q| !cache.contains_key(**q) && asked.insert(**q)).map(|q| (*q).to_owned()).collect()
@@ -243,16 +246,22 @@ impl Semantic {
         if missing.is_empty() {
             return Ok(());
         }
-        let engines = embed::engine_count().min(missing.len());
-        let mut runs: Vec<Vec<String>> = vec![Vec::new(); engines];
-        for (i, text) in missing.into_iter().enumerate() {
-            runs[i % engines].push(text);
-        }
+        missing.sort_by_key(|text| std::cmp::Reverse(text.len()));
+        let queue = Arc::new((missing, std::sync::atomic::AtomicUsize::new(0)));
+        let engines = embed::engine_count().min(queue.0.len());
         let mut started = Vec::with_capacity(engines);
-        for (engine, texts) in runs.into_iter().enumerate() {
+        for engine in 0..engines {
             let embedder = Arc::clone(&self.embedder);
+            let queue = Arc::clone(&queue);
             // Each text on its own: one the model refuses costs no other.
-            let work = move || Ok(texts.into_iter().map(|text| (embedder.embed_query(&text), text)).collect());
+            let work = move || {
+                let (texts, next) = &*queue;
+                let mut answers = Vec::new();
+                while let Some(text) = texts.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                    answers.push((embedder.embed_query(text), text.clone()));
+                }
+                Ok(answers)
+            };
             started.push(embed::start_on(Some(engine), work)?);
         }
         // Every run is waited for, even after a failure; what arrived is
