@@ -23,6 +23,7 @@ pub mod extract;
 pub(crate) mod fact;
 pub mod fault;
 pub(crate) mod limits;
+pub(crate) mod recent;
 pub mod scope;
 pub mod text;
 pub(crate) mod vocab;

@@ -27,6 +27,7 @@ use crate::index::embed::{EmbedError, Embedder};
 use crate::index::graph::{AtomLinks, GraphIndex};
 use crate::index::keyword::{KeywordDoc, KeywordError, KeywordIndex};
 use crate::index::vector::{VectorError, VectorIndex};
+use crate::recent::Recent;
 use crate::store::{self, NamedQuery, Store, StoreError};
 
 /// Errors of the index layer.
@@ -102,7 +103,7 @@ pub struct Semantic {
     pub vectors: VectorIndex,
     /// Recent query vectors: agents repeat queries, and embedding one costs
     /// far more than searching with it.
-    query_cache: Mutex<HashMap<String, Vec<f32>>>,
+    query_cache: Mutex<Recent<Vec<f32>>>,
     /// What embedding a query has lately cost this model on its engine
     /// thread, in microseconds (a moving average; 0 before the first):
     /// recall searches with the model expected to answer first while the
@@ -153,19 +154,12 @@ impl StartedQueries {
     }
 }
 
-/// Query vectors kept per model (all let go when it is full; 4,096 of 384
-/// dimensions are about 6 MiB). The merge keeps its compared memories'
-/// vectors here too: at 512, the REST add of 60 chats of 10 facts filled
-/// it, and the add after each clear embedded the scope's memories again
-/// (max per add 188 / 210 → 114 / 133 ms, alternated).
+/// Query vectors kept per model (4,096 of 384 dimensions are about
+/// 6 MiB; the least recently used half goes when full: [`Recent`]). The merge keeps its compared memories' vectors here too: at
+/// 512, the REST add of 60 chats of 10 facts filled it, and the add after
+/// each clear embedded the scope's memories again (max per add 188 / 210 →
+/// 114 / 133 ms, alternated).
 const QUERY_CACHE_ENTRIES: usize = 4096;
-
-/// Lets every cached query vector go when `coming` more would not fit.
-fn make_room(cache: &mut HashMap<String, Vec<f32>>, coming: usize) {
-    if cache.len() + coming > QUERY_CACHE_ENTRIES {
-        cache.clear();
-    }
-}
 
 /// The derived indexes.
 pub struct Indexes {
@@ -190,7 +184,7 @@ impl Semantic {
         Semantic {
             embedder,
             vectors,
-            query_cache: Mutex::new(HashMap::new()),
+            query_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             query_micros: Arc::default(),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
         }
@@ -212,15 +206,13 @@ impl Semantic {
     /// This model's vector for a query, from the cache when it was seen lately.
     pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, crate::index::embed::EmbedError> {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
-            return Ok(vector.clone());
+            return Ok(vector);
         }
         self.asked_uncached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let embedder = Arc::clone(&self.embedder);
         let owned = query.to_owned();
         let vector = embed::on_engine_thread(move || embedder.embed_query(&owned))??;
-        let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        make_room(&mut cache, 1);
-        cache.insert(query.to_owned(), vector.clone());
+        self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(query.to_owned(), vector.clone());
         Ok(vector)
     }
 
@@ -241,7 +233,7 @@ impl Semantic {
         let mut missing: Vec<String> = {
             let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut asked = std::collections::HashSet::new();
-            queries.iter().filter(|q| !cache.contains_key(**q) && asked.insert(**q)).map(|q| (*q).to_owned()).collect()
+            queries.iter().filter(|q| !cache.contains(q) && asked.insert(**q)).map(|q| (*q).to_owned()).collect()
         };
         if missing.is_empty() {
             return Ok(());
@@ -276,7 +268,6 @@ impl Semantic {
                 }
             };
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            make_room(&mut cache, answers.len());
             for (vector, text) in answers {
                 match vector {
                     Ok(vector) => {
@@ -301,8 +292,8 @@ impl Semantic {
     /// says. Returns at once; [`Semantic::finish_queries`] waits.
     pub(crate) fn start_queries(&self, queries: &[&str], placement: Placement) -> Result<StartedQueries, crate::index::embed::EmbedError> {
         let vectors: Vec<Option<Vec<f32>>> = {
-            let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            queries.iter().map(|q| cache.get(*q).cloned()).collect()
+            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            queries.iter().map(|q| cache.get(q)).collect()
         };
         let missing: Vec<String> = queries.iter().zip(&vectors).filter(|(_, v)| v.is_none()).map(|(q, _)| (*q).to_owned()).collect();
         let pending = if missing.is_empty() {
@@ -343,7 +334,6 @@ impl Semantic {
         if let Some(pending) = pending {
             let fresh = pending.wait()?;
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            make_room(&mut cache, fresh.len());
             let mut fresh = missing.into_iter().zip(fresh);
             for slot in vectors.iter_mut().filter(|v| v.is_none()) {
                 if let Some((query, vector)) = fresh.next() {
@@ -949,10 +939,12 @@ mod tests {
         let error = semantic.embed_each_ahead(&texts).unwrap_err();
         assert!(error.to_string().contains("model refused"), "{error}");
         // Every other text is kept, in the refused one's run too.
-        let cache = semantic.query_cache.lock().unwrap().clone();
-        assert!(!cache.contains_key("refused"));
-        assert!(cache.contains_key("one") && cache.contains_key("four"), "{cache:?}");
-        assert_eq!(cache.get("three"), Some(&vec![5.0, 1.0]));
+        {
+            let mut cache = semantic.query_cache.lock().unwrap();
+            assert!(!cache.contains("refused"));
+            assert!(cache.contains("one") && cache.contains("four"), "{cache:?}");
+            assert_eq!(cache.get("three"), Some(vec![5.0, 1.0]));
+        }
         // Asked later, each is answered: the refused one by the model again.
         let embedded = picky.0.lock().unwrap().len();
         assert!(semantic.embed_query("refused").is_err());

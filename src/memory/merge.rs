@@ -13,7 +13,7 @@
 //! through memorize, correct/replace and correct/negate, so every effect is
 //! audited like the MCP tools'. A dry run decides and writes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,7 @@ use unicode_normalization::UnicodeNormalization;
 use super::{AtomFilter, Caller, CorrectAction, CorrectRequest, Effect, MemorizeOutcome, MemorizeRequest, Memory, Result};
 use crate::atom::Status;
 use crate::fact::{Clause, Lang, Subject, third_person};
+use crate::recent::Recent;
 use crate::text::analyze::{Mode, terms};
 
 /// What a fact did.
@@ -119,23 +120,25 @@ impl Reading {
 /// changes). Reading the scope's memories again at each add took 12–16 ms
 /// of every REST add at 150 memories (about 90 µs a memory), four times
 /// the store's answer.
-#[derive(Default)]
-pub(super) struct Readings(Mutex<HashMap<String, Arc<Reading>>>);
+pub(super) struct Readings(Mutex<Recent<Arc<Reading>>>);
 
-/// Readings kept ([`Readings`]); all are let go when it is full.
+/// Readings kept ([`Readings`]); the least recently used half goes when it
+/// is full.
 const READINGS_KEPT: usize = 4096;
+
+impl Default for Readings {
+    fn default() -> Readings {
+        Readings(Mutex::new(Recent::new(READINGS_KEPT)))
+    }
+}
 
 impl Readings {
     fn of(&self, content: &str) -> Arc<Reading> {
         if let Some(reading) = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(content) {
-            return Arc::clone(reading);
+            return reading;
         }
         let reading = Arc::new(Reading::of(content));
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= READINGS_KEPT {
-            map.clear();
-        }
-        map.insert(content.to_owned(), Arc::clone(&reading));
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(content.to_owned(), Arc::clone(&reading));
         reading
     }
 }

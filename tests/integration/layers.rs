@@ -19,6 +19,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("fact", 0),
     ("fault", 0),
     ("limits", 0),
+    ("recent", 0),
     ("scope", 0),
     ("text", 0),
     ("vocab", 0),
