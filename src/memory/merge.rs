@@ -241,16 +241,112 @@ fn stored_text(clause: &Clause, party: Option<&str>) -> String {
 /// in "15th", "10am" or "5km" a run of digits is a number of its own;
 /// split at every non-alphanumeric character, those were one word that was
 /// not all digits, so "runs 1150 km" and "runs 1134 km" in Chinese named no
-/// number, and the sentence model called them the same.
+/// number, and the sentence model called them the same. Number words and
+/// CJK numerals are read as the digits they stand for ("ten" and 十 are
+/// "10", 二十五 is "25"): "I run ten km" restating "Runs 10 km" named
+/// other numbers and was added a second time. Ordinals and "another" stay
+/// words.
 fn numbers(text: &str) -> Vec<String> {
-    const WORDS: &[&str] =
-        &["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "first", "second", "third", "another"];
+    const WORDS: &[(&str, u32)] = &[
+        ("zero", 0),
+        ("one", 1),
+        ("two", 2),
+        ("three", 3),
+        ("four", 4),
+        ("five", 5),
+        ("six", 6),
+        ("seven", 7),
+        ("eight", 8),
+        ("nine", 9),
+        ("ten", 10),
+        ("eleven", 11),
+        ("twelve", 12),
+        ("thirteen", 13),
+        ("fourteen", 14),
+        ("fifteen", 15),
+        ("sixteen", 16),
+        ("seventeen", 17),
+        ("eighteen", 18),
+        ("nineteen", 19),
+        ("twenty", 20),
+        ("thirty", 30),
+        ("forty", 40),
+        ("fifty", 50),
+        ("sixty", 60),
+        ("seventy", 70),
+        ("eighty", 80),
+        ("ninety", 90),
+        ("hundred", 100),
+        ("thousand", 1000),
+    ];
+    const ORDINALS: &[&str] = &["first", "second", "third", "another"];
     let text: String = text.nfkc().collect();
     let mut found: Vec<String> = text.split(|c: char| !c.is_ascii_digit()).filter(|run| !run.is_empty()).map(str::to_owned).collect();
-    found.extend(text.split(|c: char| !c.is_ascii_alphabetic()).map(str::to_ascii_lowercase).filter(|w| WORDS.contains(&w.as_str())));
-    found.extend(text.chars().filter(|c| "一二三四五六七八九十两".contains(*c)).map(String::from));
+    for word in text.split(|c: char| !c.is_ascii_alphabetic()).map(str::to_ascii_lowercase) {
+        if let Some((_, value)) = WORDS.iter().find(|(w, _)| *w == word) {
+            found.push(value.to_string());
+        } else if ORDINALS.contains(&word.as_str()) {
+            found.push(word);
+        }
+    }
+    let mut run = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if cjk_numeral(c).is_some() {
+            run.push(c);
+        } else if !run.is_empty() {
+            // 千万 ("by all means"), 百货 ("department store"): units alone
+            // are words.
+            if run.chars().any(|c| cjk_numeral(c).is_some_and(|v| v <= 10)) {
+                found.push(cjk_number(&run).to_string());
+            }
+            run.clear();
+        }
+    }
     found.sort();
     found
+}
+
+/// A CJK numeral's digit (0–9) or unit (10, 100, 1,000, 10,000).
+fn cjk_numeral(c: char) -> Option<u64> {
+    let value = match c {
+        '〇' | '零' => 0,
+        '一' => 1,
+        '二' | '两' => 2,
+        '三' => 3,
+        '四' => 4,
+        '五' => 5,
+        '六' => 6,
+        '七' => 7,
+        '八' => 8,
+        '九' => 9,
+        '十' => 10,
+        '百' => 100,
+        '千' => 1000,
+        '万' => 10_000,
+        _ => return None,
+    };
+    Some(value)
+}
+
+/// The value of a run of CJK numerals: 十五 15, 二十 20, 一百零五 105,
+/// 三千 3000, 两万 20000; a unit with no digit before it counts once (十 is
+/// 10).
+fn cjk_number(run: &str) -> u64 {
+    let (mut total, mut section, mut digit) = (0u64, 0u64, None::<u64>);
+    for value in run.chars().filter_map(cjk_numeral) {
+        match value {
+            0..=9 => digit = Some(value),
+            10_000 => {
+                total = total.saturating_add((section + digit.unwrap_or(0)).max(1).saturating_mul(10_000));
+                (section, digit) = (0, None);
+            }
+            unit => {
+                section = section.saturating_add(digit.unwrap_or(1).saturating_mul(unit));
+                digit = None;
+            }
+        }
+    }
+    total.saturating_add(section).saturating_add(digit.unwrap_or(0))
 }
 
 /// The names a text mentions (people, places, products, katakana terms:
@@ -777,12 +873,24 @@ mod tests {
         let cases: &[(&str, &[&str])] = &[
             ("I run 12 km every Sunday", &["12"]),
             ("I'm reading the 4th volume, 10am on day 2", &["10", "2", "4"]),
-            ("I run 5km with two friends", &["5", "two"]),
+            ("I run 5km with two friends", &["2", "5"]),
             ("我每周日和小林跑1150公里", &["1150"]),
-            ("我们买了一辆蓝色的自行车，编号1024", &["1024", "一"]),
+            ("我们买了一辆蓝色的自行车，编号1024", &["1", "1024"]),
             ("第3回のワークショップに12人が参加しました", &["12", "3"]),
             ("毎週１５キロ走ります", &["15"]),
-            ("我们有两只猫", &["两"]),
+            ("我们有两只猫", &["2"]),
+            // Number words and CJK numerals are the digits they stand for.
+            ("I run ten km every Sunday", &["10"]),
+            ("We have twelve chickens and a second coop", &["12", "second"]),
+            ("我每周跑十五公里", &["15"]),
+            ("我们养了二十只鸡", &["20"]),
+            ("一百零五个人", &["105"]),
+            ("三千五百块", &["3500"]),
+            ("两万步", &["20000"]),
+            ("猫を二匹飼っています", &["2"]),
+            ("毎週十キロ走ります", &["10"]),
+            ("Tenerife in November", &[]),
+            ("千万别忘了去百货公司", &[]),
             ("Standup at 9:30", &["30", "9"]),
             ("Someone is done", &[]),
             ("I keep my bike in the garage", &[]),
@@ -860,6 +968,20 @@ mod tests {
         for (name, texts) in cases {
             let [first, _, known] = added_added_known(&memory, name, texts);
             assert_eq!(known.id, first.id, "{name}: the paraphrase names the first memory");
+        }
+    }
+
+    #[test]
+    fn a_number_spelled_out_restates_the_memory_with_its_digits() {
+        let memory = with_models();
+        let cases = [
+            ("en", ["I run 10 km every Sunday.", "I swim 3 km every Friday.", "I run ten km every Sunday."]),
+            ("zh", ["我每周日跑15公里。", "我每周五游3公里。", "我每周日跑十五公里。"]),
+            ("ja", ["毎週日曜日に10キロ走ります。", "毎週金曜日に3キロ泳ぎます。", "毎週日曜日に十キロ走ります。"]),
+        ];
+        for (name, texts) in cases {
+            let [first, _, known] = added_added_known(&memory, name, texts);
+            assert_eq!(known.id, first.id, "{name}: the spelled-out number names the first memory");
         }
     }
 
