@@ -285,6 +285,9 @@ pub(crate) fn clean_value(text: &str) -> String {
 
 /// English readings of a canonical memory as the speaker's own words.
 fn first_person_readings(body: &str) -> Vec<String> {
+    // "Keeps their bike …" was "I keep my bike …" ([`third_person`]).
+    let back: Vec<(&str, &str)> = POSSESSIVES.iter().map(|(mine, theirs)| (*theirs, *mine)).collect();
+    let body = &swap_possessives(body, &back);
     let mut words = body.split_whitespace();
     let Some(first) = words.next() else { return Vec::new() };
     let rest: Vec<&str> = words.collect();
@@ -748,7 +751,7 @@ pub(crate) fn third_person(sentence: &str) -> String {
     if let Some(name) = self_introduction(&words) {
         return format!("Name is {name}");
     }
-    match first.as_str() {
+    let stored = match first.as_str() {
         "my" if words.len() > 1 => capitalize(&rest(1)),
         "i'm" | "im" => format!("Is {}", rest(1)).trim().to_owned(),
         "i've" => format!("Has {}", rest(1)).trim().to_owned(),
@@ -777,8 +780,28 @@ pub(crate) fn third_person(sentence: &str) -> String {
                 _ => format!("{} {}", capitalize(&third_person_verb(words[1])), rest(2)).trim().to_owned(),
             }
         }
-        _ => s.to_owned(),
-    }
+        _ => return s.to_owned(),
+    };
+    swap_possessives(&stored, POSSESSIVES)
+}
+
+/// The speaker's possessives and their stored forms: "I keep my bike in
+/// the garage" is stored as "Keeps their bike in the garage", not "Keeps my
+/// bike …", which read as someone else's words.
+const POSSESSIVES: &[(&str, &str)] = &[("my", "their"), ("mine", "theirs"), ("myself", "themselves")];
+
+/// `text` with each whole word that is a left side of `pairs` (any case,
+/// punctuation around it kept) replaced by its right side.
+fn swap_possessives(text: &str, pairs: &[(&str, &str)]) -> String {
+    let swap = |word: &str| {
+        let core = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let lower = core.to_lowercase();
+        match pairs.iter().find(|(from, _)| *from == lower) {
+            Some((_, to)) if !core.is_empty() => word.replacen(core, to, 1),
+            _ => word.to_owned(),
+        }
+    };
+    text.split(' ').map(swap).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -64,6 +64,13 @@ fn third_person_rewrites_keep_grammar() {
         ("I got a new job as a junior web developer", "Got a new job as a junior web developer"),
         ("I study Rust on weekends", "Studies Rust on weekends"),
         ("My name is Priya", "Name is Priya"),
+        // The speaker's possessives become the user's.
+        ("I keep my road bike in the garage", "Keeps their road bike in the garage"),
+        ("My sister lives with my parents", "Sister lives with their parents"),
+        ("I taught myself Rust, and the old laptop is mine", "Taught themselves Rust, and the old laptop is theirs"),
+        ("I do most of my coding in Helix.", "Does most of their coding in Helix."),
+        // Other words holding the letters stay: "Myanmar", "mystery".
+        ("I love a mystery set in Myanmar", "Loves a mystery set in Myanmar"),
         ("我叫李静", "叫李静"),
         ("私は佐藤です", "佐藤"),
     ] {
@@ -151,6 +158,10 @@ fn stored_canonical_memories_are_read_back() {
     assert_eq!(read("Daughter is 7"), Some(("age".to_owned(), "7".to_owned())));
     assert_eq!(read("Has got two cats at home").map(|s| s.0), Some("pet".to_owned()));
     assert_eq!(read("Is vegetarian"), Some(("diet".to_owned(), "vegetarian".to_owned())));
+    // A possessive stored as "their" is the speaker's "my" again.
+    let said = Clause::read("I do most of my coding in Helix").slot.map(|s| (s.attribute, s.value));
+    assert!(said.is_some(), "the speaker's words have a slot");
+    assert_eq!(read(&third_person("I do most of my coding in Helix")), said);
 }
 
 #[test]
