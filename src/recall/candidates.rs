@@ -26,11 +26,6 @@ pub(super) struct Lists {
     pub(super) parts: usize,
 }
 
-/// Whether a model understands the query's language.
-fn understands(semantic: &Semantic, language: &str) -> bool {
-    semantic.embedder.languages().is_none_or(|languages| languages.iter().any(|l| l == language))
-}
-
 /// Gathers every list for `query`. The models embed the query on the
 /// engine threads (side by side, one core each, when there are several;
 /// a dialogue's whole and parts crossed over two cores: [`placements`]).
@@ -55,7 +50,7 @@ pub(super) fn gather(
     if with_parts {
         texts.extend(parts.iter().map(String::as_str));
     }
-    let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| understands(s, query.language)).collect();
+    let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| s.understands(query.language)).collect();
     // Waited for in the order the models are expected to answer (the cost
     // each had lately). Halves are also started in that order: on an
     // engine thread the faster model's half goes first, so it answers

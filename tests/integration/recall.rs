@@ -162,6 +162,29 @@ fn semantic_recall_with_the_local_model() {
 }
 
 #[test]
+fn an_english_only_model_embeds_english_memories_only_and_each_language_is_still_found() {
+    let m = with_model(None);
+    let c = caller("hmg");
+    let en = remember(&m, &c, "The cat sleeps on the warm windowsill every afternoon");
+    let zh = remember(&m, &c, "季度收入增长了百分之十二");
+    let ja = remember(&m, &c, "CIパイプラインはcargoのレジストリをキャッシュします");
+    let models = m.indexes().semantic();
+    assert!(models.iter().any(|s| s.embedder.languages().is_some()), "the default ensemble has an English-only model");
+    for s in models {
+        // MiniLM (English) holds the English memory's vector only; e5 all three.
+        let wanted = if s.embedder.languages().is_some() { 1 } else { 3 };
+        assert_eq!(s.vectors.count(&c.scope.tenant_id), wanted, "{}", s.embedder.id());
+    }
+    // Coverage counts the memories every model of all languages embedded.
+    let stats = m.stats(&c).unwrap();
+    assert_eq!((stats.indexes.semantic, stats.indexes.keyword), (3, 3));
+    for (query, wanted) in [("kitten napping in the sun", &en), ("收入增长了多少", &zh), ("キャッシュの設定はどこ", &ja)]
+    {
+        assert_eq!(ids(&m, &c, query).first(), Some(wanted), "{query}");
+    }
+}
+
+#[test]
 fn deleting_every_index_and_reopening_gives_identical_results() {
     let dir = tempfile::tempdir().unwrap();
     let c = caller("hmg");
