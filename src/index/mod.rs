@@ -549,7 +549,7 @@ impl Indexes {
     }
 
     /// Coverage counts for `tenant`: (keyword, semantic — atoms with a
-    /// vector from every model).
+    /// vector from every model that reads all languages).
     pub fn counts(&self, tenant: &str) -> Result<(u64, u64), IndexError> {
         // Semantic: the atoms with a vector from every model that reads
         // all languages; a model of some languages (MiniLM: English)
@@ -737,9 +737,8 @@ impl Indexes {
         let mut computed: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; batch.len()];
         let mut started = Vec::with_capacity(self.semantic.len());
         for s in &self.semantic {
-            let missing: Vec<usize> = (0..batch.len())
-                .filter(|i| batch[*i].0.content.is_some() && s.understands(&batch[*i].0.language) && !s.vectors.contains(batch[*i].0.id))
-                .collect();
+            let missing: Vec<usize> =
+                (0..batch.len()).filter(|i| batch[*i].0.content.is_some() && !s.vectors.contains(batch[*i].0.id)).collect();
             let atoms: Vec<&Atom> = missing.iter().map(|i| &batch[*i].0).collect();
             started.push((missing, s.start_atoms(&atoms)));
         }

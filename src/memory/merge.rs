@@ -337,7 +337,7 @@ fn cjk_number(run: &str) -> u64 {
         match value {
             0..=9 => digit = Some(value),
             10_000 => {
-                total = total.saturating_add((section + digit.unwrap_or(0)).max(1).saturating_mul(10_000));
+                total = total.saturating_add(section.saturating_add(digit.unwrap_or(0)).max(1).saturating_mul(10_000));
                 (section, digit) = (0, None);
             }
             unit => {

@@ -276,7 +276,7 @@ fn check_layout(bytes: &[u8]) -> Result<(), String> {
     }
 
     let entries = u64::from(c.u32("the tensor count")?);
-    let mut tensors: std::collections::HashMap<Vec<u8>, (u8, u64, u64, u64)> = std::collections::HashMap::new();
+    let mut tensors: std::collections::HashMap<Vec<u8>, (u8, u64, u64)> = std::collections::HashMap::new();
     for _ in 0..entries {
         let length = c.u16("a tensor's name length")?;
         let name = c.take(u64::from(length), "a tensor's name")?;
@@ -287,8 +287,9 @@ fn check_layout(bytes: &[u8]) -> Result<(), String> {
         let [dtype] = c.array::<1>("a tensor's type")?;
         let count = u64::from(c.u32("a tensor's size")?);
         let offset = c.u64("a tensor's offset")?;
-        let stored = c.u64("a tensor's byte length")?;
-        tensors.entry(name).or_insert((dtype, count, offset, stored));
+        // The stored byte length: the engine derives it from the size.
+        c.u64("a tensor's byte length")?;
+        tensors.entry(name).or_insert((dtype, count, offset));
     }
 
     let mut wanted: Vec<(String, u8, u64)> = vec![
@@ -321,7 +322,7 @@ fn check_layout(bytes: &[u8]) -> Result<(), String> {
         }
     }
     for (name, dtype, count) in wanted {
-        let Some(&(stored_type, stored_count, offset, _)) = tensors.get(name.as_bytes()) else {
+        let Some(&(stored_type, stored_count, offset)) = tensors.get(name.as_bytes()) else {
             return Err(format!("no tensor {name}"));
         };
         let bytes_needed = match dtype {
