@@ -12,7 +12,7 @@
  *   bias + sum_blocks d_w * d_a * (<w + zero, a> - zero * s_a)
  * with the integer part exact. A 4-token x 32-output tile keeps 16
  * accumulators in registers, so each weight load feeds 4 tokens and each
- * activation load 32 outputs; work is split over (64-token chunk, 32-output
+ * activation load 32 outputs (a 1-3 token tile takes what is left over); work is split over (64-token chunk, 32-output
  * pair) so a short query and a bulk batch both spread over every core.
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0 */
@@ -285,8 +285,12 @@ static HMG_UNUSED void hmg_gelu(float *x, size_t n) {
     }
 
 HMG_TILE(hmg_tile4, 4, 0)
+HMG_TILE(hmg_tile3, 3, 0)
+HMG_TILE(hmg_tile2, 2, 0)
 HMG_TILE(hmg_tile1, 1, 0)
 HMG_TILE(hmg_tile4_q4, 4, 1)
+HMG_TILE(hmg_tile3_q4, 3, 1)
+HMG_TILE(hmg_tile2_q4, 2, 1)
 HMG_TILE(hmg_tile1_q4, 1, 1)
 
 typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, const float *, int, const int8_t *, const float *,
@@ -335,7 +339,12 @@ typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, con
     }
 
 HMG_TILE_AVX2(hmg_tile4_avx2, 4)
+HMG_TILE_AVX2(hmg_tile3_avx2, 3)
+HMG_TILE_AVX2(hmg_tile2_avx2, 2)
 HMG_TILE_AVX2(hmg_tile1_avx2, 1)
+
+typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, int, const float *, float *,
+                                 int, int);
 
 /* One token x 16 outputs in plain C (the same packed layout and sums). */
 static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const int8_t *aq, const float *ad,
@@ -609,13 +618,15 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                 int q4 = p->q4 != NULL;
                 const uint8_t *w0 = q4 ? p->q4 + (size_t)(2 * pair) * nb * 256 : p->q + (size_t)(2 * pair) * nb * 512;
                 const uint8_t *w1 = w0 + (size_t)nb * (q4 ? 256 : 512);
-                hmg_tile_fn tile4 = q4 ? hmg_tile4_q4 : hmg_tile4, tile1 = q4 ? hmg_tile1_q4 : hmg_tile1;
-                for (; t + 4 <= t1; t += 4)
-                    tile4(w0, w1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                          Y + (size_t)t * nout + o, nout, zero);
-                for (; t < t1; t++)
-                    tile1(w0, w1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
-                          Y + (size_t)t * nout + o, nout, zero);
+                /* Fours, then the 1-3 tokens left in one call: each token
+                 * alone read and split the weights again with two
+                 * dependency chains in flight, so three left over cost
+                 * as much as eight tokens in fours. */
+                static const hmg_tile_fn tiles[2][5] = {{NULL, hmg_tile1, hmg_tile2, hmg_tile3, hmg_tile4},
+                                                        {NULL, hmg_tile1_q4, hmg_tile2_q4, hmg_tile3_q4, hmg_tile4_q4}};
+                for (int n; (n = t1 - t < 4 ? t1 - t : 4) > 0; t += n)
+                    tiles[q4][n](w0, w1, d0, d1, nb, aq + (size_t)t * nin, ad + (size_t)t * nb, as + (size_t)t * nb, nin, b,
+                                 Y + (size_t)t * nout + o, nout, zero);
                 continue;
             }
             const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
@@ -625,10 +636,9 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                 float *yh = Y + o + 16 * half;
                 int u = t0;
                 if (avx2) {
-                    for (; u + 4 <= t1; u += 4)
-                        hmg_tile4_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
-                    for (; u < t1; u++)
-                        hmg_tile1_avx2(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                    static const hmg_tile_avx2_fn tiles[5] = {NULL, hmg_tile1_avx2, hmg_tile2_avx2, hmg_tile3_avx2, hmg_tile4_avx2};
+                    for (int n; (n = t1 - u < 4 ? t1 - u : 4) > 0; u += n)
+                        tiles[n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
                 } else {
                     for (; u < t1; u++)
                         hmg_tile_portable(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
