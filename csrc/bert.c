@@ -45,6 +45,10 @@ typedef struct hmg_bert {
  * Returns the one in use. */
 int hmg_bert_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
 
+/* 1 when batches run on AMX tiles (the kernel in use, decided from the CPU
+ * at first use), else 0. */
+int hmg_bert_batches_on_tiles(void) { return hmg_kernel_now() == 1 && __atomic_load_n(&hmg_amx, __ATOMIC_RELAXED); }
+
 /* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):
  * the activations' quantizer (hmg_quantize: scale max |w| / 127, round to
  * nearest even), kept within +-127 so the AVX2 tile's 16-bit pair sums

@@ -34,6 +34,7 @@ unsafe extern "C" {
     fn hmg_bert_free(model: *mut CModel);
     fn hmg_bert_embed(model: *mut CModel, ids: *const i32, lens: *const i32, n: c_int, out: *mut f32) -> c_int;
     fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
+    fn hmg_bert_batches_on_tiles() -> c_int;
 }
 
 /// The matmul kernel the engine runs (process-wide). The default is the
@@ -69,6 +70,14 @@ pub fn set_kernel(kernel: Kernel) -> Kernel {
         2 => Kernel::Avx2,
         _ => Kernel::Plain,
     }
+}
+
+/// Whether batches run on AMX tiles here (the kernel in use; both engines
+/// choose the same from the CPU): they want 32 tokens or more per forward
+/// pass, where the integer tiles cost the same per token at any length.
+pub(crate) fn batches_on_tiles() -> bool {
+    // SAFETY: a plain getter.
+    unsafe { hmg_bert_batches_on_tiles() != 0 }
 }
 
 /// The files a model directory must hold.

@@ -266,20 +266,24 @@ pub(crate) fn engine_count() -> usize {
 }
 
 /// Least text (in bytes, a proxy for tokens) per part for a batch to be
-/// split: each part's forward pass must stay long enough for the tile
-/// kernels (32 tokens and up; about 128 bytes of English, fewer of CJK).
-/// The REST add's batch of a chat's new facts (8 short texts, 300 bytes)
-/// ran whole with every core on each matmul, OpenMP's workers waiting at
-/// barriers; in two runs side by side the add went 93 / 90 → 101 / 95
-/// facts/s (512 bytes → 128, alternated, `benches/rest_add.py … 60 10
-/// true`, no AMX).
+/// split where batches run on AMX tiles: each part's forward pass must
+/// stay long enough for them (32 tokens and up; about 128 bytes of
+/// English, fewer of CJK).
 const SPLIT_MIN_BYTES: usize = 128;
 
 /// Into how many runs [`start_on_engine_threads`] splits a batch of
 /// `texts` texts of `bytes` bytes in all (1: not split; all cores on one
-/// forward pass).
+/// forward pass). Without AMX, any two texts split: the integer tiles
+/// cost the same per token at any length, and a whole batch paid
+/// OpenMP's barriers on every matmul. The REST add's few new facts per
+/// chat (2-8 short texts) ran whole; split, `benches/rest_add.py … 60 10
+/// true` went 151 / 166 / 151 → 178 / 176 / 181 and 178 / 161 / 160 →
+/// 193 / 176 / 175 memories/s (two sittings, alternated, noisy host; same
+/// decisions: the vectors are bitwise a single call's). An MCP burst of
+/// 600 stayed within noise (medians 312 → 300/s, spread 290–352).
 pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
-    engine_count().min(texts / 2).min(bytes / SPLIT_MIN_BYTES).max(1)
+    let parts = if bert::batches_on_tiles() { (texts / 2).min(bytes / SPLIT_MIN_BYTES) } else { texts };
+    engine_count().min(parts).max(1)
 }
 
 /// Embeds `texts` with `work` (one model's batch call), split into one
@@ -598,10 +602,21 @@ mod tests {
             assert_eq!(after, on_engine_thread(openmp_threads).unwrap());
             assert!(after >= 1);
         }
-        // Too small to split: whole, on the first engine thread.
+        // Two short texts split too, unless batches run on AMX tiles (too
+        // few tokens per part for them): then whole, on the first engine
+        // thread.
         let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], lengths).unwrap().wait().unwrap();
         assert_eq!(small.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
-        assert!(small.iter().all(|v| v.1 == "hmg-embed"));
+        let threads: Vec<&str> = small.iter().map(|v| v.1.as_str()).collect();
+        if super::bert::batches_on_tiles() || cores == 1 {
+            assert_eq!(threads, ["hmg-embed", "hmg-embed"]);
+        } else {
+            assert_eq!(threads, ["hmg-embed", "hmg-embed-1"], "one text per engine thread");
+            assert!(small.iter().all(|v| v.2 == 1), "OpenMP held to one thread in a split run");
+        }
+        // One text is never split: every core on it.
+        let one = start_on_engine_threads(vec!["hello".to_owned()], lengths).unwrap().wait().unwrap();
+        assert_eq!(one[0].1, "hmg-embed");
         // A failing run fails the whole batch, with its error.
         let many: Vec<String> = (0..16).map(|i| "x".repeat(600 + i)).collect();
         let failed = start_on_engine_threads(many, |texts| -> Result<Vec<usize>, EmbedError> {
