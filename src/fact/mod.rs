@@ -253,13 +253,23 @@ impl Clause {
     /// Portland", "Name is Priya") is read back as the speaker's words.
     pub(crate) fn read_memory(content: &str) -> Clause {
         let clause = Clause::read(content);
+        // 自己的 / 自分の stored for the speaker's 我的 / 私の
+        // ([`CJK_POSSESSIVES`]) are the speaker's again.
+        let back: Vec<(&str, &str)> = CJK_POSSESSIVES.iter().map(|(mine, own)| (*own, *mine)).collect();
+        let spoken = swap_cjk_possessives(&clause.body, &back);
+        if spoken != clause.body {
+            let again = Clause::read(&spoken);
+            if again.slot.is_some() {
+                return Clause { body: clause.body, ..again };
+            }
+        }
         if clause.slot.is_some() {
             return clause;
         }
         let readings = match clause.lang {
             Lang::En => first_person_readings(&clause.body),
-            Lang::Zh => vec![format!("我的{}", clause.body), format!("我{}", clause.body)],
-            Lang::Ja => vec![format!("私の{}", clause.body), format!("私は{}です", clause.body)],
+            Lang::Zh => vec![format!("我的{spoken}"), format!("我{spoken}")],
+            Lang::Ja => vec![format!("私の{spoken}"), format!("私は{spoken}です")],
         };
         for restored in readings {
             let again = Clause::read(&restored);
@@ -725,22 +735,23 @@ const ADVERBS: &[&str] = &[
 /// 叫李静, 私は佐藤です → 佐藤. Anything else stays in the speaker's words.
 pub(crate) fn third_person(sentence: &str) -> String {
     let s = sentence.trim();
-    // Chinese: 我的X是Y → X是Y; 我X → X (not 我们, "we").
+    // Chinese: 我的X是Y → X是Y; 我X → X (not 我们, "we"); the speaker's
+    // 我的 after it is 自己的 ([`CJK_POSSESSIVES`]).
     if let Some(rest) = s.strip_prefix("我的") {
-        return rest.to_owned();
+        return swap_cjk_possessives(rest, CJK_POSSESSIVES);
     }
     if let Some(rest) = s.strip_prefix('我')
         && !rest.starts_with('们')
         && !rest.is_empty()
     {
-        return rest.to_owned();
+        return swap_cjk_possessives(rest, CJK_POSSESSIVES);
     }
     // Japanese: 私は/僕は/俺は… and 私の…; the polite copula goes.
     for prefix in ["私は", "わたしは", "僕は", "ぼくは", "俺は", "私の", "僕の"] {
         if let Some(rest) = s.strip_prefix(prefix) {
             let rest = rest.trim_end_matches('。');
             let rest = rest.strip_suffix("です").unwrap_or(rest);
-            return rest.to_owned();
+            return swap_cjk_possessives(rest, CJK_POSSESSIVES);
         }
     }
     // English.
@@ -789,6 +800,20 @@ pub(crate) fn third_person(sentence: &str) -> String {
 /// the garage" is stored as "Keeps their bike in the garage", not "Keeps my
 /// bike …", which read as someone else's words.
 const POSSESSIVES: &[(&str, &str)] = &[("my", "their"), ("mine", "theirs"), ("myself", "themselves")];
+
+/// The speaker's possessives inside a Chinese or Japanese fact whose
+/// subject (我, 私は) was dropped, and their stored forms: "我想和我的朋友
+/// 一起学salsa" is stored as "想和自己的朋友一起学salsa" (自己 and 自分
+/// point back at the subject, the user), not "…我的朋友…", which read as
+/// whoever reads the memory.
+pub(crate) const CJK_POSSESSIVES: &[(&str, &str)] =
+    &[("我的", "自己的"), ("私の", "自分の"), ("わたしの", "自分の"), ("僕の", "自分の"), ("ぼくの", "自分の"), ("俺の", "自分の")];
+
+/// `text` with each left side of `pairs` replaced by its right side (CJK
+/// has no word boundaries: 我们的, "our", holds no 我的).
+pub(crate) fn swap_cjk_possessives(text: &str, pairs: &[(&str, &str)]) -> String {
+    pairs.iter().fold(text.to_owned(), |text, (from, to)| text.replace(from, to))
+}
 
 /// `text` with each whole word that is a left side of `pairs` (any case,
 /// punctuation around it kept) replaced by its right side.

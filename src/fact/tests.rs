@@ -73,6 +73,13 @@ fn third_person_rewrites_keep_grammar() {
         ("I love a mystery set in Myanmar", "Loves a mystery set in Myanmar"),
         ("我叫李静", "叫李静"),
         ("私は佐藤です", "佐藤"),
+        // And in Chinese and Japanese, once the subject is dropped.
+        ("我想和我的朋友Sofia一起学salsa", "想和自己的朋友Sofia一起学salsa"),
+        ("我和我的妻子住在上海，我们的猫叫咪咪", "和自己的妻子住在上海，我们的猫叫咪咪"),
+        ("私は私の友達と京都に住んでいます", "自分の友達と京都に住んでいます"),
+        ("僕は毎朝僕の犬と走ります", "毎朝自分の犬と走ります"),
+        // A sentence whose subject is someone else keeps its words.
+        ("周末我和我的朋友去爬山", "周末我和我的朋友去爬山"),
     ] {
         assert_eq!(third_person(said), fact, "{said}");
     }
@@ -158,6 +165,11 @@ fn stored_canonical_memories_are_read_back() {
     assert_eq!(read("Daughter is 7"), Some(("age".to_owned(), "7".to_owned())));
     assert_eq!(read("Has got two cats at home").map(|s| s.0), Some("pet".to_owned()));
     assert_eq!(read("Is vegetarian"), Some(("diet".to_owned(), "vegetarian".to_owned())));
+    // 自己的 / 自分の stored for the speaker's 我的 / 私の are theirs again.
+    let said = Clause::read("我在我的公司工作").slot.map(|s| (s.attribute, s.value));
+    assert!(said.is_some(), "the speaker's words have a slot");
+    assert_eq!(third_person("我在我的公司工作"), "在自己的公司工作");
+    assert_eq!(read("在自己的公司工作"), said);
     // A possessive stored as "their" is the speaker's "my" again.
     let said = Clause::read("I do most of my coding in Helix").slot.map(|s| (s.attribute, s.value));
     assert!(said.is_some(), "the speaker's words have a slot");

@@ -181,10 +181,14 @@ fn topic_terms(text: &str) -> HashSet<String> {
             if !cjk {
                 return true;
             }
-            !t.chars().any(|c| ZH_FUNCTION.contains(c) || matches!(c as u32, 0x3040..=0x309F))
+            !t.chars().any(|c| ZH_FUNCTION.contains(c) || matches!(c as u32, 0x3040..=0x309F)) && !SELF_WORDS.contains(&t.as_str())
         })
         .collect()
 }
+
+/// "Oneself": the stored form of the speaker's 我的 / 私の
+/// ([`crate::fact::CJK_POSSESSIVES`]); as little about the subject as 我.
+const SELF_WORDS: &[&str] = &["自己", "自分"];
 
 /// Term overlap of two statements (intersection over union).
 pub(super) fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
@@ -866,6 +870,17 @@ mod tests {
     fn add(memory: &Memory, caller: &Caller, text: &str) -> Vec<MergeResult> {
         let facts = RuleExtractor.extract(&[Message { role: "user".to_owned(), content: text.to_owned() }]).unwrap();
         memory.merge_facts(caller, &facts, "user").unwrap()
+    }
+
+    #[test]
+    fn the_stored_oneself_is_as_little_a_topic_as_the_speakers_i() {
+        for (said, stored) in [
+            ("我想和我的朋友Sofia一起学salsa", "想和自己的朋友Sofia一起学salsa"),
+            ("私は私の友達と京都で陶芸を習っています", "自分の友達と京都で陶芸を習っています"),
+        ] {
+            assert_eq!(crate::fact::third_person(said), stored);
+            assert_eq!(topic_terms(said), topic_terms(stored), "{said}");
+        }
     }
 
     #[test]
