@@ -12,8 +12,9 @@
  *   bias + sum_blocks d_w * d_a * (<w + zero, a> - zero * s_a)
  * with the integer part exact. A 4-token x 32-output tile keeps 16
  * accumulators in registers, so each weight load feeds 4 tokens and each
- * activation load 32 outputs (a 1-3 token tile takes what is left over); work is split over (64-token chunk, 32-output
- * pair) so a short query and a bulk batch both spread over every core.
+ * activation load 32 outputs (a 1-3 token tile takes what is left over);
+ * work is split over (64-token chunk, 32-output pair) so a short query and
+ * a bulk batch both spread over every core.
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0 */
 

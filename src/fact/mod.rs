@@ -811,7 +811,7 @@ pub(crate) const CJK_POSSESSIVES: &[(&str, &str)] =
 
 /// `text` with each left side of `pairs` replaced by its right side (CJK
 /// has no word boundaries: 我们的, "our", holds no 我的).
-pub(crate) fn swap_cjk_possessives(text: &str, pairs: &[(&str, &str)]) -> String {
+fn swap_cjk_possessives(text: &str, pairs: &[(&str, &str)]) -> String {
     pairs.iter().fold(text.to_owned(), |text, (from, to)| text.replace(from, to))
 }
 

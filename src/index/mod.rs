@@ -155,10 +155,11 @@ impl StartedQueries {
 }
 
 /// Query vectors kept per model (4,096 of 384 dimensions are about
-/// 6 MiB; the least recently used half goes when full: [`Recent`]). The merge keeps its compared memories' vectors here too: at
-/// 512, the REST add of 60 chats of 10 facts filled it, and the add after
-/// each clear embedded the scope's memories again (max per add 188 / 210 →
-/// 114 / 133 ms, alternated).
+/// 6 MiB; the least recently used half goes when full: [`Recent`]). The
+/// merge keeps its compared memories' vectors here too: at 512 (cleared
+/// when full), the REST add of 60 chats of 10 facts filled it, and the add
+/// after each clear embedded the scope's memories again (max per add
+/// 188 / 210 → 114 / 133 ms, alternated).
 const QUERY_CACHE_ENTRIES: usize = 4096;
 
 /// The derived indexes.
