@@ -239,6 +239,7 @@ impl Semantic {
         if missing.is_empty() {
             return Ok(());
         }
+        tracing::debug!(asked = queries.len(), missing = missing.len(), "embedding the compared texts ahead");
         missing.sort_by_key(|text| std::cmp::Reverse(text.len()));
         let queue = Arc::new((missing, std::sync::atomic::AtomicUsize::new(0)));
         let engines = embed::engine_count().min(queue.0.len());
@@ -529,6 +530,7 @@ impl Indexes {
 
     /// Embeds several atoms with every model, one call per model (the
     /// engines batch); per atom, the vectors in `semantic()` order.
+    #[tracing::instrument(skip_all, fields(atoms = atoms.len()))]
     pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {
         let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
         // Every model's runs are queued before any is waited for: the
@@ -566,6 +568,7 @@ impl Indexes {
 
     /// Updates every index for atoms touched by the write that committed as
     /// `version`. `vectors` are precomputed embeddings for some of them.
+    #[tracing::instrument(skip_all, fields(atoms = atoms.len(), version = version))]
     pub(crate) fn on_change(
         &self,
         store: &Store,

@@ -721,6 +721,7 @@ impl Memory {
     /// they were written under. If one was not written (memorize found a
     /// duplicate elsewhere in the repository, or refused it), `known` is read
     /// from the store again.
+    #[tracing::instrument(skip_all, fields(adds = adds.len()))]
     fn write_adds(
         &self,
         caller: &Caller,
@@ -755,6 +756,7 @@ impl Memory {
     /// `facts` will compare ([`compared_texts`]) into its cache, on every
     /// core at once, each text embedded alone as [`Memory::similarities`]
     /// would. A failure only means they are embedded when asked for.
+    #[tracing::instrument(skip_all, fields(facts = facts.len()))]
     fn embed_compared_ahead(&self, facts: &[String], known: &[Known], dry_run: bool) {
         let Some(model) = self.indexes().semantic().first() else { return };
         let texts = compared_texts(&self.readings, facts, known, dry_run);

@@ -262,3 +262,31 @@ fn cli_recalls_park_their_usage_and_a_sparql_query_sees_all_of_it() {
     assert!(row(format!("老李的猫叫咪咪,{cat}")), "{text}");
     assert!(!store.join("usage.journal").exists(), "committed, then removed");
 }
+
+#[test]
+fn span_times_are_logged_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let run = |spans: Option<&str>, text: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hmg"));
+        command.args(["memorize", text]).env("HMG_STORE", &store).env("USER", "cli-tester").env("HMG_LOG", "hmg=info");
+        command.current_dir(tmp.path());
+        if let Some(spans) = spans {
+            command.env("HMG_LOG_SPANS", spans);
+        }
+        let out = command.output().expect("hmg runs");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let logged = run(Some("1"), "Ana waters the basil on Sundays");
+    // The write's span closes with its times, inside memorize's.
+    let write = logged.lines().find(|l| l.contains("write{action=memorize") && l.contains("close")).unwrap_or_else(|| panic!("{logged}"));
+    assert!(write.contains("time.busy=") && write.contains("time.idle="), "{write}");
+    assert!(logged.lines().any(|l| l.contains("memorize{") && l.contains("close time.busy=")), "{logged}");
+    // Without it (or with 0), the events only.
+    for spans in [None, Some("0"), Some("")] {
+        let quiet = run(spans, &format!("李伟每周日跑五公里 {spans:?}"));
+        assert!(quiet.contains("memorized"), "info events still logged: {quiet}");
+        assert!(!quiet.contains("time.busy"), "{spans:?}: {quiet}");
+    }
+}
