@@ -191,7 +191,7 @@ fn topic_terms(text: &str) -> HashSet<String> {
             if !cjk {
                 return true;
             }
-            !t.chars().any(|c| ZH_FUNCTION.contains(c) || matches!(c as u32, 0x3040..=0x309F)) && !SELF_WORDS.contains(&t.as_str())
+            !t.chars().any(|c| ZH_FUNCTION.contains(c) || crate::text::is_hiragana(c)) && !SELF_WORDS.contains(&t.as_str())
         })
         .collect()
 }
@@ -674,7 +674,7 @@ fn is_filler(unit: &str) -> bool {
     const DETERMINERS: &[&str] = &["his", "her", "their", "your", "its", "own", "these", "those", "some"];
     let mut chars = unit.chars();
     match (chars.next(), chars.next()) {
-        (Some(c), None) if crate::text::is_cjk(c) => ZH_FUNCTION.contains(c) || matches!(c as u32, 0x3040..=0x309F),
+        (Some(c), None) if crate::text::is_cjk(c) => ZH_FUNCTION.contains(c) || crate::text::is_hiragana(c),
         _ => FUNCTION_WORDS.contains(&unit) || DETERMINERS.contains(&unit),
     }
 }

@@ -38,7 +38,12 @@ pub fn is_han(c: char) -> bool {
 
 /// Whether `c` is hiragana or katakana (including the prolonged sound mark).
 pub fn is_kana(c: char) -> bool {
-    matches!(c as u32, 0x3040..=0x309F | 0x30A0..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F)
+    is_hiragana(c) || is_katakana(c)
+}
+
+/// Whether `c` is hiragana (Japanese particles and endings are written in it).
+pub fn is_hiragana(c: char) -> bool {
+    matches!(c as u32, 0x3040..=0x309F)
 }
 
 /// Whether `c` is katakana.
