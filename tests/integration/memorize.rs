@@ -124,6 +124,36 @@ fn snapshot_version_increases_with_every_write() {
     assert_eq!(stats.atoms, 2);
     assert_eq!(stats.indexes.temporal, 2);
     assert_eq!(stats.indexes.categorical, 2);
+
+    // Each index is counted by one predicate: an atom whose epistemic
+    // status changed, one replaced, one derived and one tombstoned are
+    // each counted once, as the atoms are.
+    let third = remember(&m, &c, "田中さんは月曜日に東京へ出張します");
+    let correct = |target: &str, action, new_content: Option<&str>| {
+        let request = hmg::CorrectRequest {
+            target_atom: target.to_owned(),
+            action,
+            reason: "test".into(),
+            new_content: new_content.map(str::to_owned),
+        };
+        assert_eq!(m.correct(&c, request).unwrap().effect, Effect::Applied);
+    };
+    correct(&third, hmg::CorrectAction::ConfirmActual, None);
+    correct(&third, hmg::CorrectAction::Replace, Some("田中さんは火曜日に大阪へ出張します"));
+    let govern = |action, lesson_content: Option<&str>| {
+        let request = hmg::GovernRequest {
+            target_atom: third.clone(),
+            action,
+            reason: "test".into(),
+            lesson_content: lesson_content.map(str::to_owned),
+        };
+        assert_eq!(m.govern(&c, request).unwrap().effect, Effect::Applied);
+    };
+    govern(hmg::GovernAction::DeriveLesson, Some("Check the trip's day before booking"));
+    govern(hmg::GovernAction::Tombstone, None);
+    let stats = m.stats(&c).unwrap();
+    assert_eq!(stats.atoms, 5, "{stats:?}");
+    assert_eq!((stats.indexes.temporal, stats.indexes.categorical), (stats.atoms, stats.atoms), "{stats:?}");
 }
 
 #[test]
