@@ -15,7 +15,9 @@
 //! compare the store paths.
 //!
 //! Run: `cargo bench --bench nodes` (HMG_BENCH_SECONDS per scenario,
-//! default 20; HMG_BENCH_WRITERS in all, default 8).
+//! default 20; HMG_BENCH_WRITERS in all, default 8; HMG_BENCH_EMBEDDED=1
+//! runs the embedded scenario only; HMG_BENCH_BIN serves another `hmg`
+//! binary, to compare two builds in one sitting).
 
 // A failed unwrap is a failed bench; reports go to stdout.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
@@ -46,7 +48,8 @@ impl Drop for Node {
 }
 
 fn hmg(dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hmg"));
+    let binary = std::env::var_os("HMG_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hmg").into());
+    let mut command = Command::new(binary);
     command.arg("--store").arg(dir).env("USER", "bench").env_remove("HMG_STORE_URL");
     if std::env::var_os("HMG_BENCH_EMBEDDER").is_none() {
         command.env("HMG_EMBEDDER", "none");
@@ -213,13 +216,14 @@ fn scenario(name: &'static str, shape: Shape, writers: usize, seconds: f64) -> R
 fn main() {
     let seconds: f64 = std::env::var("HMG_BENCH_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
     let writers: usize = std::env::var("HMG_BENCH_WRITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
-    let rows = [
-        scenario("embedded, 1 node, 1 tenant", Shape::Embedded, writers, seconds),
-        scenario("virtuoso, 1 node, 1 tenant", Shape::OneNode, writers, seconds),
-        scenario("virtuoso, 2 nodes, 1 tenant", Shape::TwoNodesOneTenant, writers, seconds),
-        scenario("virtuoso, 2 nodes, 2 tenants", Shape::TwoNodesTwoTenants, writers, seconds),
-    ];
-    let reference = rows[1].per_s.max(f64::MIN_POSITIVE);
+    let mut rows = vec![scenario("embedded, 1 node, 1 tenant", Shape::Embedded, writers, seconds)];
+    if std::env::var_os("HMG_BENCH_EMBEDDED").is_none() {
+        rows.push(scenario("virtuoso, 1 node, 1 tenant", Shape::OneNode, writers, seconds));
+        rows.push(scenario("virtuoso, 2 nodes, 1 tenant", Shape::TwoNodesOneTenant, writers, seconds));
+        rows.push(scenario("virtuoso, 2 nodes, 2 tenants", Shape::TwoNodesTwoTenants, writers, seconds));
+    }
+    // The one-node Virtuoso figure, or the embedded one when it ran alone.
+    let reference = rows.get(1).unwrap_or(&rows[0]).per_s.max(f64::MIN_POSITIVE);
     println!(
         "write throughput, {writers} writers posting GraphQL memorize for {seconds} s per scenario (no embedding model unless HMG_BENCH_EMBEDDER=1)"
     );

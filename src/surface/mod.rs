@@ -3,6 +3,7 @@
 //! and SPARQL, agent-host hooks). Nothing below this folder depends on it.
 
 pub(crate) mod blocking;
+pub(crate) mod burst;
 pub(crate) mod cli;
 #[cfg(test)]
 mod fuzz;

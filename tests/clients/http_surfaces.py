@@ -246,6 +246,33 @@ async def main():
 
     await mcp_session(ALICE_READ, read_only_writes)
 
+    # --- GraphQL memorize from concurrent requests: written together, each answered as if alone
+    from concurrent.futures import ThreadPoolExecutor
+    distinct = ["Alice's on-call rota this week: Priya", "下周三上午十点开架构评审会", "来週の金曜日にリリース判定会議があります",
+                "Alice's build cache lives on the NFS share", "Alice pins Node 20 for the storefront"]
+    secret = "Alice's deploy bot token is ghp_" + "Q7r8a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
+    calls = [(ALICE, c) for c in distinct] + [(ALICE, distinct[0]), (ALICE, distinct[1]), (ALICE, "   "), (ALICE, secret),
+                                              (BOB, "Bob moved the Redis cluster to eu-west-2"), (BOB, distinct[2])]
+    mutation = "mutation($c: String!) { memorize(content: $c, source: \"user\") { effect atomId dedupedWith reason redactions } }"
+    with ThreadPoolExecutor(len(calls)) as pool:
+        answers = list(pool.map(lambda call: gql_ok(mutation, call[0], f"concurrent memorize {call[1]!r}", {"c": call[1]})["memorize"], calls))
+    by_call = {}
+    for call, answer in zip(calls, answers):
+        by_call.setdefault(call, []).append(answer)
+    for content in distinct:
+        got = by_call[(ALICE, content)]
+        applied = [a for a in got if a["effect"] == "applied"]
+        check(len(applied) == 1 and all(a["effect"] == "no_op" and a["dedupedWith"] == applied[0]["atomId"] for a in got if a not in applied),
+              f"concurrent memorize: one write for {content!r}, a repeat names it", got)
+    blank = by_call[(ALICE, "   ")][0]
+    check(blank["effect"] == "rejected" and "empty" in blank["reason"], "concurrent memorize: blank content rejected", blank)
+    check(by_call[(ALICE, secret)][0]["effect"] == "applied" and by_call[(ALICE, secret)][0]["redactions"], "concurrent memorize: the secret is redacted", by_call[(ALICE, secret)])
+    bobs = by_call[(BOB, distinct[2])][0]
+    check(bobs["effect"] == "applied" and bobs["atomId"] != by_call[(ALICE, distinct[2])][0]["atomId"], "concurrent memorize: the same words in another tenant are its own atom", [bobs, by_call[(ALICE, distinct[2])]])
+    listed = gql_ok('{ atoms(first: 200) { nodes { atomId content } } }', ALICE, "atoms after the concurrent memorize")["atoms"]["nodes"]
+    contents = [n["content"] for n in listed]
+    check(all(contents.count(c) == 1 for c in distinct) and not any("eu-west-2" in c or "Q7r8a1B2" in c for c in contents), "concurrent memorize: each stored once, in its tenant, redacted", contents)
+
     # --- the ready audit queries, through SPARQLWrapper -------------------------------------
     queries = {p.stem: p.read_text() for p in sorted(pathlib.Path(QUERIES).glob("*.rq"))}
     check(set(queries) == {"who_changed_what", "evolution_chains", "lessons_and_sources", "negated_memories", "broken_audit_links"}, "audit query files", sorted(queries))

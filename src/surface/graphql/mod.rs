@@ -53,10 +53,12 @@ pub(crate) const MAX_COMPLEXITY: usize = 5_000;
 /// `scopes`): at most four per request.
 pub(crate) const SCAN_COST: usize = 1_000;
 
-/// Builds the schema over `shared`.
-pub(crate) fn schema(shared: Arc<SharedMemory>) -> HmgSchema {
+/// Builds the schema over `shared`; `memorize` calls join `burst`, the
+/// process's group commit ([`crate::surface::burst::Burst`]).
+pub(crate) fn schema(shared: Arc<SharedMemory>, burst: Arc<crate::surface::burst::Burst>) -> HmgSchema {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription)
         .data(shared)
+        .data(burst)
         .limit_complexity(MAX_COMPLEXITY)
         .limit_recursive_depth(64)
         .finish()
@@ -549,7 +551,18 @@ impl MutationRoot {
         scope: Option<ScopeArg>,
     ) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "content": content, "source": source }))?;
-        write(ctx, scope, crate::tools::ToolCall::Memorize(args)).await
+        // Concurrent requests' memorize calls are written together, each
+        // answered as if alone (one embedding batch per model, one
+        // transaction per caller): one at a time, each waited for the
+        // writer lock and embedded alone.
+        let (principal, _) = access(ctx, true)?;
+        let caller = caller(&principal, scope);
+        let (shared, burst) = (ctx.data::<Arc<SharedMemory>>()?, ctx.data::<Arc<crate::surface::burst::Burst>>()?);
+        match crate::surface::burst::Burst::submit(burst, shared, crate::tools::ToolCall::Memorize(args), caller).await {
+            Ok(Ok(value)) => Ok(WriteOutcome::from_json(value)),
+            Ok(Err(error)) => Err(classified(&error)),
+            Err(refused) => Err(classified(&refused)),
+        }
     }
 
     /// memory_correct: negate, confirm_actual, confirm_necessary, demote, replace.

@@ -595,7 +595,7 @@ pub(crate) fn router(
     let resolver = ScopeResolver { tenant: local_tenant.clone(), directories: Vec::new(), hook_key: None };
     let server = HmgServer::new(Arc::clone(&shared), resolver, format!("http:{local_tenant}"));
     let browser = Arc::new(guard::Guard::new(address, &options.allowed_hosts, &options.allowed_origins));
-    let schema = crate::surface::graphql::schema(Arc::clone(&shared));
+    let schema = crate::surface::graphql::schema(Arc::clone(&shared), server.burst());
     let rest = crate::surface::rest::RestState::new(Arc::clone(&shared))?;
     let state = AppState {
         shared,
