@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::memory::Caller;
 use crate::scope::Scope;
+use crate::surface::burst::Burst;
 use crate::tools::relay::SharedMemory;
 use crate::tools::{
     Checked, CorrectArgs, GovernArgs, HandoffArgs, MemorizeArgs, RecallArgs, ReflectArgs, ScopeInput, StatsArgs, ToolCall, ToolError,
@@ -128,7 +129,7 @@ pub(crate) struct HmgServer {
     shared: Arc<SharedMemory>,
     /// `memory_memorize` calls waiting to be written together (every
     /// session of this process).
-    burst: Arc<crate::surface::burst::Burst>,
+    burst: Arc<Burst>,
     resolver: Arc<ScopeResolver>,
     actor: String,
     roots: Arc<tokio::sync::OnceCell<Vec<PathBuf>>>,
@@ -159,7 +160,7 @@ impl HmgServer {
 
     /// The queue of `memory_memorize` calls this server writes together,
     /// for other surfaces of the same process (GraphQL's `memorize`).
-    pub(crate) fn burst(&self) -> Arc<crate::surface::burst::Burst> {
+    pub(crate) fn burst(&self) -> Arc<Burst> {
         Arc::clone(&self.burst)
     }
 
@@ -305,7 +306,7 @@ impl HmgServer {
         // be held across the await (it would tag other tasks on this thread).
         // `blocking::run` carries the current span (this one) to the work.
         let answer = if matches!(call, ToolCall::Memorize(_)) {
-            tracing::Instrument::instrument(crate::surface::burst::Burst::submit(&self.burst, &shared, call, caller), span.clone()).await
+            tracing::Instrument::instrument(Burst::submit(&self.burst, &shared, call, caller), span.clone()).await
         } else {
             tracing::Instrument::instrument(
                 crate::surface::blocking::run(crate::surface::blocking::DEFAULT_DEADLINE, move || shared.call(call, &caller)),

@@ -25,6 +25,7 @@
 mod types;
 
 use crate::fault::{Classified, Fault};
+use crate::surface::burst::Burst;
 use crate::surface::status;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,8 +55,8 @@ pub(crate) const MAX_COMPLEXITY: usize = 5_000;
 pub(crate) const SCAN_COST: usize = 1_000;
 
 /// Builds the schema over `shared`; `memorize` calls join `burst`, the
-/// process's group commit ([`crate::surface::burst::Burst`]).
-pub(crate) fn schema(shared: Arc<SharedMemory>, burst: Arc<crate::surface::burst::Burst>) -> HmgSchema {
+/// process's group commit ([`Burst`]).
+pub(crate) fn schema(shared: Arc<SharedMemory>, burst: Arc<Burst>) -> HmgSchema {
     Schema::build(QueryRoot, MutationRoot, EmptySubscription)
         .data(shared)
         .data(burst)
@@ -528,11 +529,16 @@ pub(crate) struct MutationRoot;
 async fn write(ctx: &Context<'_>, scope: Option<ScopeArg>, call: crate::tools::ToolCall) -> async_graphql::Result<WriteOutcome> {
     let (principal, memory) = access(ctx, true)?;
     let caller = caller(&principal, scope);
-    blocking(move || match call.run(&memory, &caller) {
-        Ok(value) => Ok(WriteOutcome::from_json(value)),
-        Err(error) => Err(classified(&error)),
-    })
-    .await
+    let answer = if matches!(call, crate::tools::ToolCall::Memorize(_)) {
+        // Concurrent requests' memorize calls are written together, each
+        // answered as if alone (one embedding batch per model, one
+        // transaction per caller), as over MCP.
+        let (shared, burst) = (ctx.data::<Arc<SharedMemory>>()?, ctx.data::<Arc<Burst>>()?);
+        Burst::submit(burst, shared, call, caller).await.map_err(|refused| classified(&refused))?
+    } else {
+        blocking(move || Ok(call.run(&memory, &caller))).await?
+    };
+    answer.map(WriteOutcome::from_json).map_err(|error| classified(&error))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> async_graphql::Result<T> {
@@ -551,18 +557,7 @@ impl MutationRoot {
         scope: Option<ScopeArg>,
     ) -> async_graphql::Result<WriteOutcome> {
         let args = decode(serde_json::json!({ "content": content, "source": source }))?;
-        // Concurrent requests' memorize calls are written together, each
-        // answered as if alone (one embedding batch per model, one
-        // transaction per caller): one at a time, each waited for the
-        // writer lock and embedded alone.
-        let (principal, _) = access(ctx, true)?;
-        let caller = caller(&principal, scope);
-        let (shared, burst) = (ctx.data::<Arc<SharedMemory>>()?, ctx.data::<Arc<crate::surface::burst::Burst>>()?);
-        match crate::surface::burst::Burst::submit(burst, shared, crate::tools::ToolCall::Memorize(args), caller).await {
-            Ok(Ok(value)) => Ok(WriteOutcome::from_json(value)),
-            Ok(Err(error)) => Err(classified(&error)),
-            Err(refused) => Err(classified(&refused)),
-        }
+        write(ctx, scope, crate::tools::ToolCall::Memorize(args)).await
     }
 
     /// memory_correct: negate, confirm_actual, confirm_necessary, demote, replace.
