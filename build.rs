@@ -68,6 +68,16 @@ fn e5(csrc: &std::path::Path) {
                 "hmg_gelu(mid, (size_t)T * FF);",
             ),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
+            // The tokenizer's 2 MiB piece table, each page written before
+            // it is read (volatile stores the compiler keeps): calloc's
+            // fresh pages are mapped to the shared zero page on the probes'
+            // first reads, and each first write then copies one, a second
+            // fault per page (and, with other threads running, a TLB flush
+            // on every core) while a cold command loads e5.
+            (
+                "t->ht = (int *)calloc(hsz, sizeof(int));",
+                "t->ht = (int *)calloc(hsz, sizeof(int));\n    for (size_t o = 0; t->ht && o < (size_t)hsz * sizeof(int); o += 4096) ((volatile char *)t->ht)[o] = 0;",
+            ),
             (
                 "void e5_free(e5_model *m) {\n    if (!m) return;\n",
                 "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n",
