@@ -15,9 +15,18 @@ fn main() {
         println!("cargo:rerun-if-changed={}", csrc.join(file).display());
     }
     c_build().file(csrc.join("bert.c")).compile("hmg_bert");
-    if std::env::var_os("CARGO_FEATURE_E5").is_some() {
-        e5(&csrc);
+    let mut sources: Vec<u8> = Vec::new();
+    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c"] {
+        let path = csrc.join(file);
+        sources.extend(std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display())));
     }
+    if std::env::var_os("CARGO_FEATURE_E5").is_some() {
+        sources.extend(e5(&csrc).into_bytes());
+    }
+    // Pack files (src/index/embed/packs.rs) hold weights in the layout and
+    // quantization these sources make: a file written by a build of other
+    // sources is not read.
+    println!("cargo:rustc-env=HMG_PACK_SOURCES={:016x}", fnv1a(&sources));
     println!("cargo:rustc-link-lib=gomp");
     println!("cargo:rustc-link-lib=mvec");
     println!("cargo:rustc-link-lib=m");
@@ -42,7 +51,13 @@ fn c_build() -> cc::Build {
     build
 }
 
-fn e5(csrc: &std::path::Path) {
+/// 64-bit FNV-1a.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Compiles the patched e5.c; returns its text.
+fn e5(csrc: &std::path::Path) -> String {
     let dir = std::env::var_os("HMG_E5_SRC")
         .map(PathBuf::from)
         .or_else(default_dir)
@@ -92,8 +107,9 @@ fn e5(csrc: &std::path::Path) {
         "        hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, m->MAXP);\n",
     );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("e5_hmg.c");
-    std::fs::write(&out, patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
+    std::fs::write(&out, &patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
     c_build().file(&out).include(&dir).compile("hmg_e5");
+    patched
 }
 
 fn default_dir() -> Option<PathBuf> {

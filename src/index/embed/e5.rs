@@ -6,7 +6,7 @@
 use std::ffi::{CString, c_char, c_int};
 use std::path::PathBuf;
 
-use super::{EmbedError, Embedder};
+use super::{EmbedError, Embedder, packs};
 
 #[repr(C)]
 struct E5Model {
@@ -20,6 +20,18 @@ unsafe extern "C" {
     fn e5_embed(model: *mut E5Model, text: *const c_char, is_query: c_int, out: *mut f32) -> c_int;
     fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
     fn hmg_e5_set_kernel(kernel: c_int) -> c_int;
+    fn hmg_e5_matrices(model: *const E5Model) -> c_int;
+    fn hmg_e5_matrix(
+        model: *const E5Model,
+        i: c_int,
+        nout: *mut c_int,
+        nin: *mut c_int,
+        zero: *mut c_int,
+        weights: *mut *const u8,
+        scales: *mut *const f32,
+    ) -> c_int;
+    fn hmg_e5_shape(model: *const E5Model, i: c_int, nout: *mut c_int, nin: *mut c_int) -> c_int;
+    fn hmg_e5_adopt(model: *const E5Model, i: c_int, weights: *const u8, scales: *const f32) -> c_int;
 }
 
 /// The matmul kernel the engine runs (process-wide).
@@ -58,9 +70,18 @@ pub fn set_kernel(kernel: Kernel) -> Kernel {
 /// that never embed included.
 pub struct E5Embedder {
     path: PathBuf,
-    model: std::sync::OnceLock<Result<ModelPtr, String>>,
+    model: std::sync::OnceLock<Result<Model, String>>,
     dims: usize,
     id: String,
+    /// Where the unpacked matrices are kept between loads (`packs`).
+    pack_dir: Option<PathBuf>,
+}
+
+/// The engine's model and the pack file its matrices are read from, when
+/// one was used; the model is freed first (field order).
+struct Model {
+    ptr: ModelPtr,
+    _packed: Option<packs::PackFile>,
 }
 
 struct ModelPtr(*mut E5Model);
@@ -120,12 +141,24 @@ impl E5Embedder {
         }
         let dims = dims as usize;
         let name = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(E5Embedder { path, model: std::sync::OnceLock::new(), dims, id: format!("e5:{name}:{dims}") })
+        Ok(E5Embedder { path, model: std::sync::OnceLock::new(), dims, id: format!("e5:{name}:{dims}"), pack_dir: packs::dir_from_env() })
+    }
+
+    /// The same model, keeping its unpacked matrices in `dir` instead of
+    /// `HMG_PACK_DIR`'s (`None`: unpacked at every load). Before the first
+    /// text.
+    pub fn with_pack_dir(mut self, dir: Option<PathBuf>) -> E5Embedder {
+        self.pack_dir = dir;
+        self
     }
 
     /// The engine's model, parsed at the first call; a file the engine
     /// cannot read is an error on every call, never a panic.
     fn model(&self) -> Result<&ModelPtr, EmbedError> {
+        self.loaded().map(|model| &model.ptr)
+    }
+
+    fn loaded(&self) -> Result<&Model, EmbedError> {
         self.model
             .get_or_init(|| {
                 let c_path = CString::new(self.path.to_string_lossy().as_bytes()).map_err(|_| "path contains NUL".to_owned())?;
@@ -150,11 +183,76 @@ impl E5Embedder {
                 if dims != self.dims {
                     return Err(format!("the engine reads {dims} dimensions, the header {}", self.dims));
                 }
-                Ok(model)
+                let packed = self.unpacked(&model);
+                Ok(Model { ptr: model, _packed: packed })
             })
             .as_ref()
             .map_err(|message| EmbedError::ModelFile { path: self.path.clone(), message: message.clone() })
     }
+}
+
+impl E5Embedder {
+    /// The model's matrices unpacked for the VNNI kernel: mapped from its
+    /// pack file when there is one that fits, else unpacked now (as the
+    /// first text would) and written to one. Returns the file used.
+    fn unpacked(&self, model: &ModelPtr) -> Option<packs::PackFile> {
+        self.pack_dir.as_ref()?;
+        // SAFETY: a live model.
+        let count = unsafe { hmg_e5_matrices(model.0) }.max(0);
+        if count == 0 {
+            return None;
+        }
+        let shapes: Vec<packs::Shape> = (0..count).map(|i| shape(model, i)).collect::<Option<_>>()?;
+        if let Some(file) = packs::open(self.pack_dir.as_deref(), "e5", &self.path, &shapes) {
+            // Every matrix's parts before any is adopted: once one is, the
+            // file must live as long as the model.
+            let parts: Vec<(*const u8, *const f32)> = (0..file.len()).map(|i| file.parts(i)).collect::<Option<_>>()?;
+            for (i, (w, d)) in (0..count).zip(parts) {
+                // SAFETY: the sections are of the sizes matrix i needs
+                // (checked by packs::open against its shape), 64-byte
+                // aligned, in `file`, which lives beside the model and is
+                // dropped after it; no text has run yet.
+                if unsafe { hmg_e5_adopt(model.0, i, w, d) } != 0 {
+                    // Matrices not adopted are unpacked at first use.
+                    tracing::debug!(matrix = i, "e5: a packed matrix was not adopted");
+                }
+            }
+            return Some(file);
+        }
+        let matrices: Vec<packs::Matrix<'_>> = (0..count).map(|i| matrix(model, i)).collect::<Option<_>>()?;
+        packs::save(self.pack_dir.as_deref(), "e5", &self.path, &matrices);
+        None
+    }
+}
+
+/// Matrix `i`'s shape, without unpacking it.
+fn shape(model: &ModelPtr, i: c_int) -> Option<packs::Shape> {
+    let (mut nout, mut nin) = (0, 0);
+    // SAFETY: a live model; the call writes its out-parameters.
+    let status = unsafe { hmg_e5_shape(model.0, i, &mut nout, &mut nin) };
+    (status == 0).then_some(packs::Shape { nout: nout as u32, nin: nin as u32, zero: 8 })
+}
+
+/// Matrix `i` unpacked (now, unless a text or an earlier call did): its
+/// shape, weights and scales as the engine holds them.
+fn matrix(model: &ModelPtr, i: c_int) -> Option<packs::Matrix<'_>> {
+    let (mut nout, mut nin, mut zero) = (0, 0, 0);
+    let (mut w, mut d): (*const u8, *const f32) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: a live model; the call writes its out-parameters.
+    let status = unsafe { hmg_e5_matrix(model.0, i, &mut nout, &mut nin, &mut zero, &mut w, &mut d) };
+    let shape = packs::Shape { nout: nout as u32, nin: nin as u32, zero: zero as u32 };
+    if status != 0 || w.is_null() || d.is_null() {
+        return None;
+    }
+    // SAFETY: the engine's pack holds this many weight and scale bytes
+    // (hmg_pack_new) for as long as the model lives.
+    Some(unsafe {
+        packs::Matrix {
+            shape,
+            weights: std::slice::from_raw_parts(w, shape.weight_bytes()),
+            scales: std::slice::from_raw_parts(d.cast::<u8>(), shape.scale_bytes()),
+        }
+    })
 }
 
 /// Bytes of one Q4_0 block: an f16 scale and 32 four-bit weights.

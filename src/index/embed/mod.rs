@@ -17,6 +17,7 @@ pub mod bert;
 #[cfg(feature = "e5")]
 pub mod e5;
 pub mod onnx;
+mod packs;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
