@@ -10,10 +10,13 @@
 //! unreadable file, or one newer than the store, means a rebuild from the
 //! store.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
+// foldhash (randomly seeded per process) instead of SipHash: reading
+// graph.bin hashes every atom id and entity key a few times, and SipHash
+// was a visible part of a cold `hmg recall` under perf.
+use foldhash::HashMap as FastMap;
 use petgraph::Undirected;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
@@ -79,11 +82,11 @@ pub(crate) struct Neighbour {
 #[derive(Debug, Default)]
 pub(crate) struct GraphIndex {
     graph: StableGraph<Node, Link, Undirected>,
-    nodes: HashMap<Node, NodeIndex>,
+    nodes: FastMap<Node, NodeIndex>,
     /// Session members in id (= ingestion) order.
-    sessions: HashMap<(String, String), Vec<AtomId>>,
+    sessions: FastMap<(String, String), Vec<AtomId>>,
     /// Each atom's links as given (what is persisted).
-    links: HashMap<AtomId, AtomLinks>,
+    links: FastMap<AtomId, AtomLinks>,
     /// Store version reflected.
     applied_version: u64,
     /// Version last written to disk.
@@ -238,7 +241,14 @@ impl GraphIndex {
                 derived_from,
                 card,
             };
-            graph.upsert(id, &links);
+            if graph.links.contains_key(&id) {
+                // Written from a map, so never twice; a damaged file that
+                // repeats an atom still loads as a replacement would.
+                graph.upsert(id, &links);
+            } else {
+                graph.add_edges(id, &links);
+                graph.links.insert(id, links);
+            }
         }
         if !reader.is_empty() {
             return Err(bad());
@@ -264,7 +274,7 @@ impl GraphIndex {
 
     /// Every atom's card (tests).
     #[cfg(test)]
-    pub(crate) fn cards(&self) -> HashMap<AtomId, Option<Card>> {
+    pub(crate) fn cards(&self) -> std::collections::HashMap<AtomId, Option<Card>> {
         self.links.iter().map(|(id, links)| (*id, links.card.clone())).collect()
     }
 
@@ -272,6 +282,11 @@ impl GraphIndex {
     pub(crate) fn upsert(&mut self, atom_id: AtomId, links: &AtomLinks) {
         self.remove(atom_id);
         self.links.insert(atom_id, links.clone());
+        self.add_edges(atom_id, links);
+    }
+
+    /// Adds the edges of an atom's links (an atom without any yet).
+    fn add_edges(&mut self, atom_id: AtomId, links: &AtomLinks) {
         let atom = self.node(Node::Atom(atom_id));
         for key in &links.entities {
             let entity = self.node(Node::Entity(links.tenant.clone(), key.clone()));
@@ -485,5 +500,58 @@ mod tests {
         graph.save(&path).expect("save");
         let reread = GraphIndex::load(&path).expect("load").expect("a graph");
         assert_eq!(reread.applied_version(), 12);
+    }
+
+    #[test]
+    fn a_loaded_graph_answers_as_the_one_saved_and_a_repeated_atom_replaces_not_doubles() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("graph.bin");
+        let mut ids: Vec<AtomId> = (0..4).map(|_| ulid::Ulid::generate()).collect();
+        ids.sort();
+        let mut graph = GraphIndex::new();
+        graph.upsert(ids[0], &links(&["postgresql", "老李"], Some("s1")));
+        graph.upsert(ids[1], &links(&["postgresql", "田中さん"], Some("s1")));
+        graph.upsert(ids[2], &AtomLinks { supersedes: Some(ids[0]), derived_from: vec![ids[1]], ..links(&["redis"], None) });
+        graph.upsert(ids[3], &links(&["老李"], Some("s1")));
+        graph.mark(4);
+        graph.save(&path).expect("save");
+        let answers = |g: &GraphIndex| -> Vec<Vec<(AtomId, String)>> {
+            ids.iter()
+                .map(|id| {
+                    let mut n: Vec<(AtomId, String)> =
+                        g.neighbours(*id, 2, 100).into_iter().map(|n| (n.atom_id, n.via.to_string())).collect();
+                    n.sort();
+                    n
+                })
+                .collect()
+        };
+        let loaded = GraphIndex::load(&path).expect("load").expect("a graph");
+        assert_eq!(answers(&loaded), answers(&graph));
+        assert_eq!(loaded.cards(), graph.cards());
+        let mentioning = |g: &GraphIndex| {
+            let mut atoms = g.atoms_mentioning("t", "老李");
+            atoms.sort();
+            atoms
+        };
+        assert_eq!(mentioning(&loaded), vec![ids[0], ids[3]]);
+        assert_eq!(mentioning(&loaded), mentioning(&graph));
+
+        // The file with its first atom's record written twice (count 5):
+        // loaded as that atom replaced by itself, no edge doubled.
+        let bytes = std::fs::read(&path).expect("read");
+        let header = 4 + 8 + 8;
+        let mut one = GraphIndex::new();
+        one.upsert(ids[0], &links(&["postgresql", "老李"], Some("s1")));
+        one.save(&dir.path().join("one.bin")).expect("save");
+        let record = std::fs::read(dir.path().join("one.bin")).expect("read")[header..].to_vec();
+        assert_eq!(bytes[header..header + record.len()], record[..], "records in id order");
+        let mut repeated = bytes[..header].to_vec();
+        repeated[12..20].copy_from_slice(&5u64.to_le_bytes());
+        repeated.extend_from_slice(&record);
+        repeated.extend_from_slice(&bytes[header..]);
+        std::fs::write(&path, &repeated).expect("write");
+        let reloaded = GraphIndex::load(&path).expect("load").expect("a graph");
+        assert_eq!(answers(&reloaded), answers(&graph));
+        assert_eq!(reloaded.graph.edge_count(), graph.graph.edge_count());
     }
 }
