@@ -327,11 +327,9 @@ impl Memory {
 
     /// Opens a store on disk (`Some(dir)`) or in RAM (`None`) with options.
     pub fn open_with(path: Option<&Path>, options: MemoryOptions) -> Result<Memory> {
-        let (store, node_lock) = match (&options.remote, path) {
-            (Some(remote), path) => (Store::connect(remote.clone())?, path.map(lock_node_dir).transpose()?),
-            (None, Some(path)) => (Store::open(path)?, None),
-            (None, None) => (Store::open_in_memory()?, None),
-        };
+        // The models first: they load on the engine threads while this
+        // one opens the store (RocksDB's open is mostly one thread, about
+        // a third of a cold `hmg recall`), instead of after it.
         let embedder = match options.embedder {
             EmbedderChoice::FromEnv => crate::index::embed::from_env(),
             EmbedderChoice::Disabled => Ok(Vec::new()),
@@ -342,6 +340,11 @@ impl Memory {
         {
             crate::index::embed::start_warm_up(models.clone());
         }
+        let (store, node_lock) = match (&options.remote, path) {
+            (Some(remote), path) => (Store::connect(remote.clone())?, path.map(lock_node_dir).transpose()?),
+            (None, Some(path)) => (Store::open(path)?, None),
+            (None, None) => (Store::open_in_memory()?, None),
+        };
         let index_dir = path.map(|p| p.join("index"));
         let indexes = crate::index::Indexes::open(index_dir.as_deref(), &store, embedder)?;
         // Usage is parked only beside an embedded store (this node's own).
