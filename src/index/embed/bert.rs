@@ -168,29 +168,14 @@ struct Loaded {
 /// The model's packed matrices as the engine holds them, for a pack file;
 /// `None` when one is not of `shapes`.
 fn matrices<'a>(model: &'a ModelPtr, shapes: &[packs::Shape]) -> Option<Vec<packs::Matrix<'a>>> {
-    shapes
-        .iter()
-        .enumerate()
-        .map(|(i, want)| {
-            let (mut nout, mut nin, mut zero) = (0, 0, 0);
-            let (mut w, mut d): (*const u8, *const f32) = (std::ptr::null(), std::ptr::null());
-            // SAFETY: a live model; the call writes its out-parameters.
-            let status = unsafe { hmg_bert_matrix(model.0, i as c_int, &mut nout, &mut nin, &mut zero, &mut w, &mut d) };
-            let shape = packs::Shape { nout: nout as u32, nin: nin as u32, zero: zero as u32 };
-            if status != 0 || shape != *want || w.is_null() || d.is_null() {
-                return None;
-            }
-            // SAFETY: the engine's pack holds this many weight and scale
-            // bytes (hmg_pack_new) for as long as the model lives ('a).
-            Some(unsafe {
-                packs::Matrix {
-                    shape,
-                    weights: std::slice::from_raw_parts(w, shape.weight_bytes()),
-                    scales: std::slice::from_raw_parts(d.cast::<u8>(), shape.scale_bytes()),
-                }
-            })
-        })
-        .collect()
+    let matrix = |(i, want): (usize, &packs::Shape)| {
+        // SAFETY: a live model; the call writes its out-parameters, and on
+        // success the engine's pack holds that many weight and scale bytes
+        // (hmg_pack_new) for as long as the model lives ('a).
+        let reported = unsafe { packs::reported(|nout, nin, zero, w, d| hmg_bert_matrix(model.0, i as c_int, nout, nin, zero, w, d)) };
+        reported.filter(|m| m.shape == *want)
+    };
+    shapes.iter().enumerate().map(matrix).collect()
 }
 
 struct ModelPtr(*mut CModel);

@@ -236,23 +236,10 @@ fn shape(model: &ModelPtr, i: c_int) -> Option<packs::Shape> {
 /// Matrix `i` unpacked (now, unless a text or an earlier call did): its
 /// shape, weights and scales as the engine holds them.
 fn matrix(model: &ModelPtr, i: c_int) -> Option<packs::Matrix<'_>> {
-    let (mut nout, mut nin, mut zero) = (0, 0, 0);
-    let (mut w, mut d): (*const u8, *const f32) = (std::ptr::null(), std::ptr::null());
-    // SAFETY: a live model; the call writes its out-parameters.
-    let status = unsafe { hmg_e5_matrix(model.0, i, &mut nout, &mut nin, &mut zero, &mut w, &mut d) };
-    let shape = packs::Shape { nout: nout as u32, nin: nin as u32, zero: zero as u32 };
-    if status != 0 || w.is_null() || d.is_null() {
-        return None;
-    }
-    // SAFETY: the engine's pack holds this many weight and scale bytes
+    // SAFETY: a live model; the call writes its out-parameters, and on
+    // success the engine's pack holds that many weight and scale bytes
     // (hmg_pack_new) for as long as the model lives.
-    Some(unsafe {
-        packs::Matrix {
-            shape,
-            weights: std::slice::from_raw_parts(w, shape.weight_bytes()),
-            scales: std::slice::from_raw_parts(d.cast::<u8>(), shape.scale_bytes()),
-        }
-    })
+    unsafe { packs::reported(|nout, nin, zero, w, d| hmg_e5_matrix(model.0, i, nout, nin, zero, w, d)) }
 }
 
 /// Bytes of one Q4_0 block: an f16 scale and 32 four-bit weights.

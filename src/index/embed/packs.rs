@@ -28,6 +28,7 @@
 //! **Invariant:** a mapped pack file is never changed in place (it is only
 //! replaced by a rename), so the pages an engine reads stay as written.
 
+use std::ffi::c_int;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,35 @@ pub(crate) struct Matrix<'a> {
     pub(crate) shape: Shape,
     pub(crate) weights: &'a [u8],
     pub(crate) scales: &'a [u8],
+}
+
+/// The matrix an engine reports through out-parameters (its
+/// `hmg_*_matrix` call, which `call` makes): `None` when the call fails or
+/// gives a null buffer.
+///
+/// # Safety
+/// When `call` returns 0, the weights and scales it gives must hold the
+/// bytes of the shape it gives (`Shape::weight_bytes`, `scale_bytes`), and
+/// stay unchanged for `'a` (the engine's own pack, while the model lives).
+#[allow(unsafe_code)]
+pub(crate) unsafe fn reported<'a>(
+    call: impl FnOnce(&mut c_int, &mut c_int, &mut c_int, &mut *const u8, &mut *const f32) -> c_int,
+) -> Option<Matrix<'a>> {
+    let (mut nout, mut nin, mut zero) = (0, 0, 0);
+    let (mut w, mut d): (*const u8, *const f32) = (std::ptr::null(), std::ptr::null());
+    let status = call(&mut nout, &mut nin, &mut zero, &mut w, &mut d);
+    let shape = Shape { nout: u32::try_from(nout).ok()?, nin: u32::try_from(nin).ok()?, zero: u32::try_from(zero).ok()? };
+    if status != 0 || w.is_null() || d.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise for a call that returned 0.
+    Some(unsafe {
+        Matrix {
+            shape,
+            weights: std::slice::from_raw_parts(w, shape.weight_bytes()),
+            scales: std::slice::from_raw_parts(d.cast::<u8>(), shape.scale_bytes()),
+        }
+    })
 }
 
 /// A pack file, mapped; the engine reads its matrices in place for as long
