@@ -139,6 +139,13 @@ impl DescribeCache {
 /// RocksDB writes the full ones out.
 const FLUSH_EVERY_QUADS: usize = 40_000;
 
+/// RocksDB's own info logs kept beside the store. Each open starts a new
+/// one and renames the last to `LOG.old.<microseconds>`, and RocksDB keeps
+/// 1,000 of them (Oxigraph does not let `keep_log_file_num` be set): a hook
+/// running `hmg recall` at every prompt filled the store directory with a
+/// thousand files, which every open lists (a cold recall 5 ms slower).
+const KEPT_INFO_LOGS: usize = 10;
+
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedded").field("root", &self.root).finish_non_exhaustive()
@@ -183,6 +190,7 @@ impl Embedded {
         })?;
         // Writes replayed from the log at open sit in memtables too.
         inner.flush()?;
+        prune_info_logs(&oxigraph_dir);
         Ok(Embedded::from_handle(inner, Some(root.to_path_buf())))
     }
 
@@ -514,12 +522,79 @@ impl Backend for Embedded {
     }
 }
 
+/// Removes RocksDB's old info logs (`LOG.old.<microseconds>`) in `dir`
+/// beyond the [`KEPT_INFO_LOGS`] newest. Nothing of the data is in them
+/// (they hold RocksDB's warnings); a file that cannot be removed stays.
+fn prune_info_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut old: Vec<(u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let stamp = name.to_str()?.strip_prefix("LOG.old.")?.parse::<u64>().ok()?;
+            Some((stamp, entry.path()))
+        })
+        .collect();
+    if old.len() <= KEPT_INFO_LOGS {
+        return;
+    }
+    old.sort_unstable();
+    let excess = old.len() - KEPT_INFO_LOGS;
+    let removed = old.into_iter().take(excess).filter(|(_, path)| std::fs::remove_file(path).is_ok()).count();
+    tracing::debug!(dir = %dir.display(), removed, "old RocksDB info logs removed");
+}
+
 #[cfg(test)]
 mod tests {
     use oxigraph::model::{GraphName, Literal, NamedNode, Quad};
 
     use super::super::backend::{Backend, ChangeSet, Guard};
-    use super::{Embedded, FLUSH_EVERY_QUADS};
+    use super::{Embedded, FLUSH_EVERY_QUADS, KEPT_INFO_LOGS};
+
+    #[test]
+    fn reopening_keeps_only_the_newest_rocksdb_info_logs_and_every_quad() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Embedded::open(dir.path()).unwrap();
+        commit_batches(&store, 0, 1);
+        drop(store);
+        let data = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
+        let logs = |pattern: &str| {
+            let mut names: Vec<String> = std::fs::read_dir(&data)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(pattern))
+                .collect();
+            names.sort();
+            names
+        };
+        // A thousand left by earlier opens, older than any real one, and
+        // files that only look alike.
+        for i in 0..1000u64 {
+            std::fs::write(data.join(format!("LOG.old.{}", 1_000_000 + i)), b"warning").unwrap();
+        }
+        for other in ["LOG.old.notanumber", "LOG.older.5", "notes.txt"] {
+            std::fs::write(data.join(other), b"keep me").unwrap();
+        }
+        for round in 0..3 {
+            let store = Embedded::open(dir.path()).unwrap();
+            assert_eq!(store.handle().len().unwrap(), 1000, "round {round}");
+            drop(store);
+            let old: Vec<String> = logs("LOG.old.").into_iter().filter(|n| n[8..].parse::<u64>().is_ok()).collect();
+            assert_eq!(old.len(), KEPT_INFO_LOGS, "round {round}: {old:?}");
+            // The newest kept: this test's opens' own, then the last of
+            // the thousand.
+            let real = old.iter().filter(|n| n[8..].parse::<u64>().unwrap() > 1_000_999).count();
+            assert_eq!(real, round + 1, "round {round}: {old:?}");
+            assert!(
+                old.iter().all(|n| n[8..].parse::<u64>().unwrap() >= 1_001_000 - (KEPT_INFO_LOGS - real) as u64),
+                "the oldest go first: {old:?}"
+            );
+        }
+        for kept in ["LOG", "LOG.old.notanumber", "LOG.older.5", "notes.txt"] {
+            assert!(data.join(kept).exists(), "{kept} is not an old info log");
+        }
+    }
 
     fn sst_files(root: &std::path::Path) -> usize {
         let mut count = 0;
