@@ -11,7 +11,9 @@
 //!
 //! Run: `cargo bench --features e5 --bench cold` (`HMG_BENCH_MEMORIES`,
 //! default 10000; `HMG_BENCH_ROUNDS`, default 20; `HMG_BENCH_STORE` reuses
-//! a store directory, imported on first use).
+//! a store directory, imported on first use; `HMG_BENCH_OLD_BIN` times
+//! another `hmg` too, each round alternating which of the two goes first,
+//! so both see the same machine).
 
 // A failed unwrap is a failed bench; reports go to stdout.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
@@ -37,7 +39,11 @@ fn number(name: &str, default: usize) -> usize {
 }
 
 fn hmg(store: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hmg"));
+    hmg_of(Path::new(env!("CARGO_BIN_EXE_hmg")), store)
+}
+
+fn hmg_of(binary: &Path, store: &Path) -> Command {
+    let mut command = Command::new(binary);
     command.arg("--store").arg(store).env("USER", "bench").env("HMG_LOG", "error").env_remove("HMG_STORE_URL");
     command
 }
@@ -73,18 +79,31 @@ fn report(label: &str, mut samples: Vec<Duration>) {
     );
 }
 
-fn time(rounds: usize, mut run: impl FnMut(usize) -> Command) -> Vec<Duration> {
-    (0..=rounds)
-        .map(|i| {
-            let mut command = run(i);
-            let started = Instant::now();
-            let out = command.stdout(Stdio::null()).stderr(Stdio::piped()).output().unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            started.elapsed()
-        })
-        // The first run warms the page cache.
-        .skip(1)
-        .collect()
+/// Builds round `i`'s command for a binary.
+type MakeCommand<'a> = dyn Fn(&Path, usize) -> Command + 'a;
+
+/// Runs `command` to its end; how long it took.
+fn run(mut command: Command) -> Duration {
+    let started = Instant::now();
+    let out = command.stdout(Stdio::null()).stderr(Stdio::piped()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    started.elapsed()
+}
+
+/// Times `rounds` runs of each binary (after one untimed run each, which
+/// warms the page cache), alternating which goes first.
+fn time(binaries: &[&Path], rounds: usize, make: impl Fn(&Path, usize) -> Command) -> Vec<Vec<Duration>> {
+    for binary in binaries {
+        run(make(binary, 0));
+    }
+    let mut samples = vec![Vec::with_capacity(rounds); binaries.len()];
+    for i in 1..=rounds {
+        let order: Vec<usize> = if i % 2 == 0 { (0..binaries.len()).collect() } else { (0..binaries.len()).rev().collect() };
+        for b in order {
+            samples[b].push(run(make(binaries[b], i)));
+        }
+    }
+    samples
 }
 
 fn main() {
@@ -94,30 +113,34 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let store = kept.unwrap_or_else(|| tmp.path().join("store"));
     prepare(&store, n);
+    let old = std::env::var_os("HMG_BENCH_OLD_BIN").map(std::path::PathBuf::from);
+    let mut binaries: Vec<(&str, &Path)> = vec![("", Path::new(env!("CARGO_BIN_EXE_hmg")))];
+    if let Some(old) = &old {
+        binaries = vec![("old ", old.as_path()), ("new ", Path::new(env!("CARGO_BIN_EXE_hmg")))];
+    }
+    let paths: Vec<&Path> = binaries.iter().map(|b| b.1).collect();
     println!("cold CLI at {n} memories ({rounds} rounds each, process start to exit)");
     let query = |i: usize| format!("{} {i}", QUERIES[i % QUERIES.len()]);
-    report(
-        "hmg recall (both models)",
-        time(rounds, |i| {
-            let mut c = hmg(&store);
+    let cases: [(&str, &MakeCommand); 3] = [
+        ("hmg recall (both models)", &|binary, i| {
+            let mut c = hmg_of(binary, &store);
             c.args(["recall", &query(i)]);
             c
         }),
-    );
-    report(
-        "hmg recall, HMG_EMBEDDER=none",
-        time(rounds, |i| {
-            let mut c = hmg(&store);
+        ("hmg recall, HMG_EMBEDDER=none", &|binary, i| {
+            let mut c = hmg_of(binary, &store);
             c.env("HMG_EMBEDDER", "none").args(["recall", &query(i)]);
             c
         }),
-    );
-    report(
-        "hmg stats",
-        time(rounds, |_| {
-            let mut c = hmg(&store);
+        ("hmg stats", &|binary, _| {
+            let mut c = hmg_of(binary, &store);
             c.arg("stats");
             c
         }),
-    );
+    ];
+    for (label, make) in cases {
+        for ((name, _), samples) in binaries.iter().zip(time(&paths, rounds, make)) {
+            report(&format!("{name}{label}"), samples);
+        }
+    }
 }
