@@ -290,3 +290,42 @@ fn span_times_are_logged_only_when_asked() {
         assert!(!quiet.contains("time.busy"), "{spans:?}: {quiet}");
     }
 }
+
+#[test]
+fn pack_files_go_where_hmg_pack_dir_says_and_nowhere_with_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, cache, packs) = (tmp.path().join("store"), tmp.path().join("cache"), tmp.path().join("packs"));
+    let run = |pack_dir: Option<&str>, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hmg"));
+        command.args(args).env("HMG_STORE", &store).env("USER", "cli-tester").env("XDG_CACHE_HOME", &cache).current_dir(tmp.path());
+        match pack_dir {
+            Some(dir) => command.env("HMG_PACK_DIR", dir),
+            None => command.env_remove("HMG_PACK_DIR"),
+        };
+        let out = command.output().expect("hmg runs");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let files = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        names.sort();
+        names
+    };
+    // `off`: the models are made at load and nothing is written anywhere.
+    run(Some("off"), &["memorize", "田中さんは毎朝コーヒーを飲みます"]);
+    assert!(run(Some("off"), &["recall", "田中さんの朝の飲み物"]).contains("コーヒー"));
+    assert!(files(&cache.join("hmg").join("packs")).is_empty() && !packs.exists());
+    // A directory: one file per model (MiniLM always; e5 where the VNNI
+    // kernel runs), written by the first command that embeds and mapped by
+    // the next, which finds the same memory.
+    let first = run(Some(packs.to_str().unwrap()), &["recall", "what does Tanaka drink in the morning"]);
+    let written = files(&packs);
+    assert!(written.iter().any(|n| n.starts_with("bert-")) && written.iter().all(|n| n.ends_with(".pack")), "{written:?}");
+    let again = run(Some(packs.to_str().unwrap()), &["recall", "what does Tanaka drink in the morning"]);
+    assert!(first.contains("コーヒー") && again.contains("コーヒー"), "{first}\n{again}");
+    assert_eq!(files(&packs), written);
+    // Unset: the user's cache directory.
+    run(None, &["recall", "老李的猫"]);
+    assert_eq!(files(&cache.join("hmg").join("packs")), written);
+}
