@@ -114,10 +114,11 @@ fn main() {
     let store = kept.unwrap_or_else(|| tmp.path().join("store"));
     prepare(&store, n);
     let old = std::env::var_os("HMG_BENCH_OLD_BIN").map(std::path::PathBuf::from);
-    let mut binaries: Vec<(&str, &Path)> = vec![("", Path::new(env!("CARGO_BIN_EXE_hmg")))];
-    if let Some(old) = &old {
-        binaries = vec![("old ", old.as_path()), ("new ", Path::new(env!("CARGO_BIN_EXE_hmg")))];
-    }
+    let new = Path::new(env!("CARGO_BIN_EXE_hmg"));
+    let binaries: Vec<(&str, &Path)> = match &old {
+        Some(old) => vec![("old ", old.as_path()), ("new ", new)],
+        None => vec![("", new)],
+    };
     let paths: Vec<&Path> = binaries.iter().map(|b| b.1).collect();
     println!("cold CLI at {n} memories ({rounds} rounds each, process start to exit)");
     let query = |i: usize| format!("{} {i}", QUERIES[i % QUERIES.len()]);

@@ -142,15 +142,6 @@ static HMG_UNUSED void hmg_pack_free(hmg_packed_t *p) {
     free(p->bf); free(p);
 }
 
-/* Bytes of a pack's weights (nibbles for zero point 8, else bytes) and of
- * its block scales, as hmg_pack_new allocates them (before rounding up). */
-static HMG_UNUSED size_t hmg_pack_weight_bytes(int nout, int nin, int zero) {
-    return zero == 8 ? (size_t)nout * nin / 2 : (size_t)nout * nin;
-}
-static HMG_UNUSED size_t hmg_pack_scale_bytes(int nout, int nin) {
-    return (size_t)nout / 16 * ((size_t)nin / HMG_QK) * 16 * sizeof(float);
-}
-
 /* A pack over weights and scales in the packed layout that someone else
  * holds for the pack's lifetime (a pack file mapped by the caller, each
  * 64-byte aligned); NULL when out of memory. */

@@ -285,8 +285,7 @@ impl BertEmbedder {
         let pointers = weights.pointers();
         let shapes = self.matrix_shapes();
         let packed = packs::open(self.pack_dir.as_deref(), "bert", &weights_path, &shapes);
-        let (packed_weights, packed_scales): (Vec<*const u8>, Vec<*const f32>) =
-            packed.iter().flat_map(|file| (0..file.len()).filter_map(|i| file.parts(i))).unzip();
+        let (packed_weights, packed_scales): (Vec<*const u8>, Vec<*const f32>) = packed.iter().flat_map(packs::PackFile::parts).unzip();
         let from_packs = packed.is_some();
         // SAFETY: `pointers` holds 5 + 16 * layers pointers to float32
         // tensors of the sizes the engine reads (checked by Weights::map),

@@ -204,10 +204,7 @@ impl E5Embedder {
         }
         let shapes: Vec<packs::Shape> = (0..count).map(|i| shape(model, i)).collect::<Option<_>>()?;
         if let Some(file) = packs::open(self.pack_dir.as_deref(), "e5", &self.path, &shapes) {
-            // Every matrix's parts before any is adopted: once one is, the
-            // file must live as long as the model.
-            let parts: Vec<(*const u8, *const f32)> = (0..file.len()).map(|i| file.parts(i)).collect::<Option<_>>()?;
-            for (i, (w, d)) in (0..count).zip(parts) {
+            for (i, (w, d)) in (0..count).zip(file.parts()) {
                 // SAFETY: the sections are of the sizes matrix i needs
                 // (checked by packs::open against its shape), 64-byte
                 // aligned, in `file`, which lives beside the model and is

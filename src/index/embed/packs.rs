@@ -62,13 +62,14 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
-    /// Bytes of packed weights (as `hmg_pack_weight_bytes`).
+    /// Bytes of packed weights (as `hmg_pack_new` allocates them, before
+    /// rounding up).
     pub(crate) fn weight_bytes(self) -> usize {
         let n = self.nout as usize * self.nin as usize;
         if self.zero == 8 { n / 2 } else { n }
     }
 
-    /// Bytes of block scales (as `hmg_pack_scale_bytes`).
+    /// Bytes of block scales (as `hmg_pack_new` allocates them).
     pub(crate) fn scale_bytes(self) -> usize {
         self.nout as usize / 16 * (self.nin as usize / 32) * 16 * 4
     }
@@ -125,15 +126,10 @@ pub(crate) struct PackFile {
 }
 
 impl PackFile {
-    /// Matrix `i`'s weights and scales, for the engine.
-    pub(crate) fn parts(&self, i: usize) -> Option<(*const u8, *const f32)> {
-        let (w, d) = *self.at.get(i)?;
-        Some((self.map[w..].as_ptr(), self.map[d..].as_ptr().cast::<f32>()))
-    }
-
-    /// How many matrices it holds.
-    pub(crate) fn len(&self) -> usize {
-        self.at.len()
+    /// Every matrix's weights and scales, in the engine's order (as many
+    /// as the shapes it was opened with), for the engine.
+    pub(crate) fn parts(&self) -> Vec<(*const u8, *const f32)> {
+        self.at.iter().map(|&(w, d)| (self.map[w..].as_ptr(), self.map[d..].as_ptr().cast::<f32>())).collect()
     }
 }
 
@@ -237,10 +233,15 @@ fn recorded_model(file: &Path) -> Option<PathBuf> {
     if head.get(..8)? != MAGIC {
         return None;
     }
-    let start = HEADER + u32_at(&head, 36)? as usize * ENTRY;
-    let len = u32_at(&head, 40)? as usize;
-    let bytes = head.get(start..start.checked_add(len)?)?;
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    named(&head).map(|bytes| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+/// The model path a pack file's header records: after the table (as many
+/// entries as the header counts), as long as the header says.
+fn named(bytes: &[u8]) -> Option<&[u8]> {
+    let start = HEADER.checked_add((u32_at(bytes, 36)? as usize).checked_mul(ENTRY)?)?;
+    let len = u32_at(bytes, 40)? as usize;
+    bytes.get(start..start.checked_add(len)?)
 }
 
 /// The model file's canonical path, as a pack file records it.
@@ -270,11 +271,7 @@ fn try_open(path: &Path, model: &Path, shapes: &[Shape]) -> Result<PackFile, Str
     if u32_at(bytes, 36).map(|n| n as usize) != Some(shapes.len()) {
         return Err("another number of matrices".into());
     }
-    let named = u32_at(bytes, 40).map(|n| n as usize).and_then(|len| {
-        let start = HEADER + shapes.len() * ENTRY;
-        bytes.get(start..start.checked_add(len)?)
-    });
-    if named != Some(canonical(model).as_os_str().as_bytes()) {
+    if named(bytes) != Some(canonical(model).as_os_str().as_bytes()) {
         return Err("written from a model file at another path".into());
     }
     let mut at = Vec::with_capacity(shapes.len());
@@ -393,13 +390,17 @@ mod tests {
         parts.iter().map(|(shape, weights, scales)| Matrix { shape: *shape, weights, scales }).collect()
     }
 
+    fn set_modified(path: &Path, time: std::time::SystemTime) {
+        std::fs::File::options().write(true).open(path).expect("file").set_modified(time).expect("mtime");
+    }
+
     fn shapes(parts: &[(Shape, Vec<u8>, Vec<u8>)]) -> Vec<Shape> {
         parts.iter().map(|p| p.0).collect()
     }
 
     /// Matrix `i`'s bytes as the mapped file gives them.
     fn read(file: &PackFile, i: usize, shape: Shape) -> (Vec<u8>, Vec<u8>) {
-        let (w, d) = file.parts(i).expect("matrix");
+        let (w, d) = file.parts()[i];
         // SAFETY: packs::open checked both sections lie inside the map.
         #[allow(unsafe_code)]
         unsafe {
@@ -420,13 +421,12 @@ mod tests {
         assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_none(), "nothing written yet");
         save(Some(&dir), "e5", &model, &matrices(&parts));
         let file = open(Some(&dir), "e5", &model, &shapes(&parts)).expect("mapped");
-        assert_eq!(file.len(), 2);
+        assert_eq!(file.parts().len(), 2);
         for (i, (shape, weights, scales)) in parts.iter().enumerate() {
-            let (w, d) = file.parts(i).expect("matrix");
+            let (w, d) = file.parts()[i];
             assert_eq!((w as usize % ALIGN, d as usize % ALIGN), (0, 0), "sections 64-byte aligned");
             assert_eq!(read(&file, i, *shape), (weights.clone(), scales.clone()));
         }
-        assert!(file.parts(2).is_none());
         // No temporary file left beside it.
         let names: Vec<String> =
             std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
@@ -452,9 +452,7 @@ mod tests {
         std::fs::write(&model, b"weights version 2").expect("model");
         assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_none());
         std::fs::write(&model, b"weights v3").expect("model");
-        let file = std::fs::File::options().write(true).open(&model).expect("model");
-        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000)).expect("mtime");
-        drop(file);
+        set_modified(&model, std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000));
         assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_none());
         // Written again, it is used again; a mapping taken before a rewrite
         // keeps reading what it mapped (the file is replaced, not changed).
@@ -562,9 +560,7 @@ mod tests {
         for file in [&old_temp, &new_temp, &foreign] {
             std::fs::write(file, b"x").expect("write");
         }
-        let file = std::fs::File::options().write(true).open(&old_temp).expect("temp");
-        file.set_modified(std::time::SystemTime::now() - 2 * STALE_TEMP).expect("mtime");
-        drop(file);
+        set_modified(&old_temp, std::time::SystemTime::now() - 2 * STALE_TEMP);
         save(Some(&dir), "e5", &kept, &matrices(&parts));
         assert!(!path(&dir, "e5", &gone).exists(), "the gone model's pack file is removed");
         assert!(!old_temp.exists(), "a temporary file left long ago is removed");
