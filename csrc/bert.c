@@ -49,6 +49,10 @@ int hmg_bert_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
  * at first use), else 0. */
 int hmg_bert_batches_on_tiles(void) { return hmg_kernel_now() == 1 && __atomic_load_n(&hmg_amx, __ATOMIC_RELAXED); }
 
+/* on = 1: this thread's next passes give each text one vector whatever
+ * batch it is in (hmg_uniform); 0: the usual choice. */
+void hmg_bert_uniform(int on) { hmg_uniform = on != 0; }
+
 /* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):
  * the activations' quantizer (hmg_quantize: scale max |w| / 127, round to
  * nearest even), kept within +-127 so the AVX2 tile's 16-bit pair sums

@@ -37,6 +37,10 @@ int hmg_e5_set_kernel(int kernel) {
     return now == 3 || now == 1 ? now : 0;
 }
 
+/* on = 1: this thread's next passes give each text one vector whatever
+ * batch it is in (hmg_uniform); 0: the usual choice. */
+void hmg_e5_uniform(int on) { hmg_uniform = on != 0; }
+
 static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
     const hmg_packed_t *found = NULL;
     pthread_mutex_lock(&hmg_pack_lock);

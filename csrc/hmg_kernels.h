@@ -403,6 +403,14 @@ static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const i
 #define HMG_AMX_MIN_TOKENS 32
 #define HMG_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
+/* 1 on a thread whose forward passes must give each text the vector it
+ * gets alone and in any batch (texts a caller compares with each other):
+ * the tiles, where in use, for every length, the padding rows zero. Every
+ * kernel computes each token's row alone, so only the choice between
+ * tiles and VNNI, made above on the batch's length, depended on the
+ * batch. Set by hmg_e5_uniform / hmg_bert_uniform around one call. */
+static __thread int hmg_uniform;
+
 /* The activations last prepared by hmg_acts on this thread, as bf16 rows
  * (padded with zero rows to a multiple of 32), for the matmuls that read
  * the same quantized buffer next. */
@@ -446,7 +454,7 @@ HMG_AMX_TARGET static void hmg_bf16_row(const float *x, int n, uint16_t *out) {
 static HMG_UNUSED void hmg_acts(const float *X, int L, int nin, int8_t *q, float *d, int32_t *s) {
     hmg_bf_acts_t *a = &hmg_bf_acts;
     a->aq = NULL;
-    if (__atomic_load_n(&hmg_amx, __ATOMIC_RELAXED) && L >= HMG_AMX_MIN_TOKENS && nin % 32 == 0) {
+    if (__atomic_load_n(&hmg_amx, __ATOMIC_RELAXED) && L >= (hmg_uniform ? 1 : HMG_AMX_MIN_TOKENS) && nin % 32 == 0) {
         int Lp = (L + 31) / 32 * 32;
         size_t need = (size_t)Lp * nin * sizeof(uint16_t);
         /* Keep the buffer between calls, but not a huge one. */

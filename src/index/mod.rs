@@ -109,7 +109,10 @@ pub struct Semantic {
     /// recall searches with the model expected to answer first while the
     /// others still embed.
     query_micros: Arc<std::sync::atomic::AtomicU64>,
-    /// Queries [`Semantic::embed_query`] found neither cached nor embedded
+    /// Recent vectors of compared texts ([`Semantic::comparable`]), apart
+    /// from the queries': they come from other kernels.
+    compare_cache: Mutex<Recent<Vec<f32>>>,
+    /// Texts [`Semantic::comparable`] found neither cached nor embedded
     /// ahead, and embedded when asked.
     asked_uncached: std::sync::atomic::AtomicU64,
 }
@@ -155,8 +158,8 @@ impl StartedQueries {
 }
 
 /// Query vectors kept per model (4,096 of 384 dimensions are about
-/// 6 MiB; the least recently used half goes when full: [`Recent`]). The
-/// merge keeps its compared memories' vectors here too: at 512 (cleared
+/// 6 MiB; the least recently used half goes when full: [`Recent`]), and
+/// as many compared texts' vectors. The merge's compared memories: at 512 (cleared
 /// when full), the REST add of 60 chats of 10 facts filled it, and the add
 /// after each clear embedded the scope's memories again (max per add
 /// 188 / 210 → 114 / 133 ms, alternated).
@@ -187,6 +190,7 @@ impl Semantic {
             vectors,
             query_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             query_micros: Arc::default(),
+            compare_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -197,7 +201,7 @@ impl Semantic {
         self.query_micros.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// How many queries [`Semantic::embed_query`] has embedded when asked
+    /// How many texts [`Semantic::comparable`] has embedded when asked
     /// (neither cached nor embedded ahead).
     #[cfg(test)]
     pub(crate) fn asked_uncached(&self) -> u64 {
@@ -209,7 +213,6 @@ impl Semantic {
         if let Some(vector) = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(query) {
             return Ok(vector);
         }
-        self.asked_uncached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let embedder = Arc::clone(&self.embedder);
         let owned = query.to_owned();
         let vector = embed::on_engine_thread(move || embedder.embed_query(&owned))??;
@@ -217,66 +220,57 @@ impl Semantic {
         Ok(vector)
     }
 
-    /// Puts this model's vector for each of `queries` into the cache, each
-    /// text embedded alone, as [`Semantic::embed_query`] embeds it, on the
-    /// engine threads, one core each, side by side. One short text on every
-    /// core left OpenMP's second worker waiting at barriers (perf of the
-    /// REST add: a quarter of all samples), and the other engine thread
-    /// idle. The engines take the texts from one queue, longest first, so
-    /// neither waits while the other still has several: a fixed deal left
-    /// one core idle for a whole pass whenever the count was odd or a text
-    /// long. A text's pass gives the same vector whatever the cores it runs
-    /// on (a test holds it), so what a caller compares does not depend on
-    /// which way a text was embedded. For callers that know ahead what they
-    /// will ask about (the merge's comparisons); texts already cached are
-    /// not embedded again.
-    pub(crate) fn embed_each_ahead(&self, queries: &[&str]) -> Result<(), EmbedError> {
-        let mut missing: Vec<String> = {
-            let cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// This model's vector of `text` for comparing it with other texts
+    /// ([`Embedder::embed_comparable`]: the same whichever texts it was
+    /// embedded with), from the cache when it was compared lately or
+    /// embedded ahead ([`Semantic::comparable_ahead`]).
+    pub(crate) fn comparable(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if let Some(vector) = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(text) {
+            return Ok(vector);
+        }
+        self.asked_uncached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let embedder = Arc::clone(&self.embedder);
+        let owned = text.to_owned();
+        let vector = embed::on_engine_thread(move || embedder.embed_comparable(&[&owned]).and_then(one_vector))??;
+        self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(text.to_owned(), vector.clone());
+        Ok(vector)
+    }
+
+    /// Puts this model's comparable vector ([`Semantic::comparable`]) of
+    /// each of `texts` into the cache, for callers that know ahead what
+    /// they will compare (the merge). Texts already cached are not
+    /// embedded again; the others go as one batch per engine thread, one
+    /// core each, in contiguous runs of about equal bytes. Each short text
+    /// alone, dealt out to the threads, was 30% of a REST add's CPU (perf:
+    /// 2.9 ms per text, the integer kernels' one-row tiles); a batch runs
+    /// on the AMX tiles where the CPU has them, and gives every text the
+    /// vector it gets alone. A batch the model refuses is embedded again
+    /// text by text, so one refused text costs no other.
+    pub(crate) fn comparable_ahead(&self, texts: &[&str]) -> Result<(), EmbedError> {
+        let missing: Vec<String> = {
+            let cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut asked = std::collections::HashSet::new();
-            queries.iter().filter(|q| !cache.contains(q) && asked.insert(**q)).map(|q| (*q).to_owned()).collect()
+            texts.iter().filter(|t| !cache.contains(t) && asked.insert(**t)).map(|t| (*t).to_owned()).collect()
         };
         if missing.is_empty() {
             return Ok(());
         }
-        tracing::debug!(asked = queries.len(), missing = missing.len(), "embedding the compared texts ahead");
-        missing.sort_by_key(|text| std::cmp::Reverse(text.len()));
-        let queue = Arc::new((missing, std::sync::atomic::AtomicUsize::new(0)));
-        let engines = embed::engine_count().min(queue.0.len());
-        let mut started = Vec::with_capacity(engines);
-        for engine in 0..engines {
-            let embedder = Arc::clone(&self.embedder);
-            let queue = Arc::clone(&queue);
-            // Each text on its own: one the model refuses costs no other.
-            let work = move || {
-                let (texts, next) = &*queue;
-                let mut answers = Vec::new();
-                while let Some(text) = texts.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                    answers.push((embedder.embed_query(text), text.clone()));
-                }
-                Ok(answers)
-            };
-            started.push(embed::start_on(Some(engine), work)?);
-        }
-        // Every run is waited for, even after a failure; what arrived is
-        // kept, and the first error is the one returned.
+        tracing::debug!(asked = texts.len(), missing = missing.len(), "embedding the compared texts ahead");
+        let embedder = Arc::clone(&self.embedder);
+        let work = move |refs: &[&str]| -> Result<Vec<Result<Vec<f32>, EmbedError>>, EmbedError> {
+            Ok(match embedder.embed_comparable(refs) {
+                Ok(vectors) if vectors.len() == refs.len() => vectors.into_iter().map(Ok).collect(),
+                _ => refs.iter().map(|text| embedder.embed_comparable(&[text]).and_then(one_vector)).collect(),
+            })
+        };
+        let runs = embed::runs_of(missing.clone(), embed::engine_count().min(missing.len()));
+        let answers = embed::start_runs(runs, work)?.wait()?;
         let mut failed = None;
-        for pending in started {
-            let answers = match pending.wait() {
-                Ok(answers) => answers,
-                Err(error) => {
-                    failed = failed.or(Some(error));
-                    continue;
-                }
-            };
-            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for (vector, text) in answers {
-                match vector {
-                    Ok(vector) => {
-                        cache.insert(text, vector);
-                    }
-                    Err(error) => failed = failed.or(Some(error)),
-                }
+        let mut cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (text, vector) in missing.into_iter().zip(answers) {
+            match vector {
+                Ok(vector) => cache.insert(text, vector),
+                Err(error) => failed = failed.or(Some(error)),
             }
         }
         failed.map_or(Ok(()), Err)
@@ -350,7 +344,7 @@ impl Semantic {
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
-        match self.start_atoms(&[atom]).and_then(Started::finish) {
+        match self.start_atoms(&[atom], false).and_then(Started::finish) {
             Ok(mut vectors) => vectors.pop().flatten(),
             Err(error) => {
                 tracing::warn!(%error, atom = %atom.id, model = self.embedder.id(), "embedding failed; the atom is indexed without this vector");
@@ -371,8 +365,11 @@ impl Semantic {
     /// An atom in a language the model does not understand gets none: an
     /// English-only model's vector of a Chinese memory is noise no query
     /// of its languages should meet, and it was a third of an import's
-    /// model time on the cold bench's three-language set.
-    fn start_atoms(&self, atoms: &[&Atom]) -> Result<Started, crate::index::embed::EmbedError> {
+    /// model time on the cold bench's three-language set. `beside`: the
+    /// caller works meanwhile ([`Indexes::embeds_in_parts`]), so a batch too
+    /// small to split takes one core, not every core
+    /// ([`embed::start_on_engine_threads`]).
+    fn start_atoms(&self, atoms: &[&Atom], beside: bool) -> Result<Started, crate::index::embed::EmbedError> {
         let texts: Vec<(usize, String)> = atoms
             .iter()
             .enumerate()
@@ -384,9 +381,17 @@ impl Semantic {
             None
         } else {
             let embedder = Arc::clone(&self.embedder);
-            Some(embed::start_on_engine_threads(owned, move |refs| embedder.embed_passages(refs))?)
+            Some(embed::start_on_engine_threads(owned, beside, move |refs| embedder.embed_passages(refs))?)
         };
         Ok(Started { atoms: atoms.len(), slots, pending })
+    }
+}
+
+/// The one vector of a one-text call.
+fn one_vector(mut vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, EmbedError> {
+    match (vectors.pop(), vectors.is_empty()) {
+        (Some(vector), true) => Ok(vector),
+        _ => Err(EmbedError::Backend("not one vector for one text".into())),
     }
 }
 
@@ -535,7 +540,8 @@ impl Indexes {
         let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
         // Every model's runs are queued before any is waited for: the
         // engine threads go from one model's run to the next without idling.
-        let started: Vec<_> = self.semantic.iter().map(|s| s.start_atoms(atoms)).collect();
+        let beside = self.embeds_in_parts(atoms);
+        let started: Vec<_> = self.semantic.iter().map(|s| s.start_atoms(atoms, beside)).collect();
         for (model, (s, started)) in self.semantic.iter().zip(started).enumerate() {
             match started.and_then(Started::finish) {
                 Ok(embedded) => {
@@ -744,7 +750,7 @@ impl Indexes {
             let missing: Vec<usize> =
                 (0..batch.len()).filter(|i| batch[*i].0.content.is_some() && !s.vectors.contains(batch[*i].0.id)).collect();
             let atoms: Vec<&Atom> = missing.iter().map(|i| &batch[*i].0).collect();
-            started.push((missing, s.start_atoms(&atoms)));
+            started.push((missing, s.start_atoms(&atoms, false)));
         }
         for (model, (missing, started)) in started.into_iter().enumerate() {
             for (i, vector) in missing.into_iter().zip(started?.finish()?) {
@@ -910,30 +916,44 @@ mod tests {
     }
 
     #[test]
-    fn texts_embedded_ahead_on_one_core_each_are_the_vectors_embed_query_gives() {
+    fn a_compared_text_has_one_vector_alone_in_any_batch_and_ahead() {
         let texts = [
             "Wants to learn pottery with Ana someday",
             "I keep my road bike in the garage.",
             "我想和李伟一起学书法。",
             "Kenjiさんはベランダでバジルを育てています。",
             "thanks!",
-            "Moved the billing retries to the staging cluster after the Redis incident on Friday",
+            "Moved the billing retries to the staging cluster after the Redis incident on Friday, then rolled the canary back twice because the p99 doubled",
             "x",
         ];
         for (ahead, asked) in models().iter().zip(models()) {
-            // Every core on one text, as a comparison not embedded ahead is.
-            let wanted: Vec<Vec<f32>> = texts.iter().map(|t| asked.embed_query(t).unwrap()).collect();
+            let id = ahead.embedder.id().to_owned();
+            // Each alone, asked for when compared.
+            let alone: Vec<Vec<f32>> = texts.iter().map(|t| asked.comparable(t).unwrap()).collect();
             assert_eq!(asked.asked_uncached(), texts.len() as u64);
-            // Dealt out to the engine threads, one core each; a repeat once.
+            // One batch of all (past the 32 tokens where batches go to the
+            // AMX tiles), and each with one neighbour: the same digits.
+            let whole = ahead.embedder.embed_comparable(&texts).unwrap();
+            for (i, text) in texts.iter().enumerate() {
+                assert!(whole[i] == alone[i], "{id}: \"{text}\" differs in its digits in a batch");
+                let pair = ahead.embedder.embed_comparable(&[texts[(i + 1) % texts.len()], text]).unwrap();
+                assert!(pair[1] == alone[i], "{id}: \"{text}\" differs in its digits beside another");
+            }
+            // Dealt out to the engine threads in runs, one core each; a
+            // repeat once.
             let mut twice = texts.to_vec();
             twice.push(texts[0]);
-            ahead.embed_each_ahead(&twice).unwrap();
-            assert_eq!(ahead.query_cache.lock().unwrap().len(), texts.len(), "{}", ahead.embedder.id());
-            for (text, wanted) in texts.iter().zip(&wanted) {
-                let got = ahead.embed_query(text).unwrap();
-                assert!(got == *wanted, "{}: \"{text}\" differs in its digits when embedded on one core", ahead.embedder.id());
+            ahead.comparable_ahead(&twice).unwrap();
+            assert_eq!(ahead.compare_cache.lock().unwrap().len(), texts.len(), "{id}");
+            for (text, alone) in texts.iter().zip(&alone) {
+                assert!(ahead.comparable(text).unwrap() == *alone, "{id}: \"{text}\" differs in its digits ahead");
             }
             assert_eq!(ahead.asked_uncached(), 0, "every text was there ahead");
+            // A comparison is no query: the queries' cache is untouched, and
+            // a query's vector is the query path's own.
+            assert_eq!(ahead.query_cache.lock().unwrap().len(), 0);
+            let close: f32 = ahead.embed_query(texts[0]).unwrap().iter().zip(&alone[0]).map(|(a, b)| a * b).sum();
+            assert!(close > 0.99, "{id}: a query's vector and a comparison's are of one model ({close})");
         }
     }
 
@@ -964,23 +984,23 @@ mod tests {
         let picky = Arc::new(Picky(Mutex::new(Vec::new())));
         let semantic = Semantic::new(Arc::clone(&picky) as Arc<dyn Embedder>, VectorIndex::open(None, "picky", 2).unwrap());
         let texts = ["one", "refused", "three", "four", "five"];
-        let error = semantic.embed_each_ahead(&texts).unwrap_err();
+        let error = semantic.comparable_ahead(&texts).unwrap_err();
         assert!(error.to_string().contains("model refused"), "{error}");
         // Every other text is kept, in the refused one's run too.
         {
-            let mut cache = semantic.query_cache.lock().unwrap();
+            let mut cache = semantic.compare_cache.lock().unwrap();
             assert!(!cache.contains("refused"));
             assert!(cache.contains("one") && cache.contains("four"), "{cache:?}");
             assert_eq!(cache.get("three"), Some(vec![5.0, 1.0]));
         }
         // Asked later, each is answered: the refused one by the model again.
         let embedded = picky.0.lock().unwrap().len();
-        assert!(semantic.embed_query("refused").is_err());
-        assert_eq!(semantic.embed_query("one").unwrap(), vec![3.0, 1.0]);
+        assert!(semantic.comparable("refused").is_err());
+        assert_eq!(semantic.comparable("one").unwrap(), vec![3.0, 1.0]);
         assert_eq!(picky.0.lock().unwrap().len(), embedded + 1, "only the refused text went to the model again");
         // Nothing to embed: no call at all.
-        semantic.embed_each_ahead(&[]).unwrap();
-        semantic.embed_each_ahead(&["one", "one"]).unwrap();
+        semantic.comparable_ahead(&[]).unwrap();
+        semantic.comparable_ahead(&["one", "one"]).unwrap();
         assert_eq!(picky.0.lock().unwrap().len(), embedded + 1);
     }
 

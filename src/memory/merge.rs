@@ -890,28 +890,29 @@ impl Memory {
     }
 
     /// Puts the sentence model's vectors for every text the decisions of
-    /// `facts` will compare ([`compared_texts`]) into its cache, on every
-    /// core at once, each text embedded alone as [`Memory::similarities`]
-    /// would. A failure only means they are embedded when asked for.
+    /// `facts` will compare ([`compared_texts`]) into its cache, a batch
+    /// on each core, each vector the one [`Memory::similarities`] would
+    /// get for its text alone. A failure only means they are embedded when
+    /// asked for.
     #[tracing::instrument(skip_all, fields(facts = facts.len()))]
     fn embed_compared_ahead(&self, facts: &[String], known: &[Known], dry_run: bool) {
         let Some(model) = self.indexes().semantic().first() else { return };
         let texts = compared_texts(&self.readings, facts, known, dry_run);
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        if let Err(error) = model.embed_each_ahead(&texts) {
+        if let Err(error) = model.comparable_ahead(&texts) {
             tracing::warn!(%error, texts = texts.len(), "could not embed the compared texts ahead; each is embedded when compared");
         }
     }
 
     /// Cosines of `text` with each of `others` under the first sentence
-    /// model, if one is loaded. Each text is embedded alone (or found in the
-    /// model's cache): a batch runs other kernels, whose last digits differ,
-    /// and a decision at the threshold must not depend on how many facts
-    /// came in one add.
+    /// model, if one is loaded, from its comparable vectors
+    /// ([`crate::index::Semantic::comparable`]; cached, or embedded now):
+    /// a decision at the threshold must not depend on how many facts came
+    /// in one add, so a text's vector does not depend on its batch.
     fn similarities(&self, text: &str, others: &[&str]) -> Option<Vec<f32>> {
         let model = self.indexes().semantic().first()?;
-        let mine = model.embed_query(text).ok()?;
-        others.iter().map(|other| model.embed_query(other).ok().map(|theirs| theirs.iter().zip(&mine).map(|(p, q)| p * q).sum())).collect()
+        let mine = model.comparable(text).ok()?;
+        others.iter().map(|other| model.comparable(other).ok().map(|theirs| theirs.iter().zip(&mine).map(|(p, q)| p * q).sum())).collect()
     }
 
     /// The active memories of exactly the caller's scope, newest first.

@@ -47,6 +47,7 @@ unsafe extern "C" {
     fn hmg_bert_embed(model: *mut CModel, ids: *const i32, lens: *const i32, n: c_int, out: *mut f32) -> c_int;
     fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
     fn hmg_bert_batches_on_tiles() -> c_int;
+    fn hmg_bert_uniform(on: c_int);
 }
 
 /// The matmul kernel the engine runs (process-wide). The default is the
@@ -640,6 +641,15 @@ impl Embedder for BertEmbedder {
     /// Queries and passages share the recipe: a dialogue's parts run as
     /// one call.
     fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
+
+    /// One call with the kernels held to one choice for every length
+    /// (`hmg_bert_uniform`), on this thread, for this call only.
+    fn embed_comparable(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // SAFETY: sets a flag of this thread's, read by this thread's
+        // forward passes; put back before returning (also on unwind).
+        let _uniform = super::Uniform::hold(|on| unsafe { hmg_bert_uniform(on) });
         self.embed(texts)
     }
 

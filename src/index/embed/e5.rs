@@ -20,6 +20,7 @@ unsafe extern "C" {
     fn e5_embed(model: *mut E5Model, text: *const c_char, is_query: c_int, out: *mut f32) -> c_int;
     fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
     fn hmg_e5_set_kernel(kernel: c_int) -> c_int;
+    fn hmg_e5_uniform(on: c_int);
     fn hmg_e5_matrices(model: *const E5Model) -> c_int;
     fn hmg_e5_matrix(
         model: *const E5Model,
@@ -443,6 +444,15 @@ impl Embedder for E5Embedder {
     }
 
     fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.batch(texts, true)
+    }
+
+    /// One batch with the kernels held to one choice for every length
+    /// (`hmg_e5_uniform`), on this thread, for this call only.
+    fn embed_comparable(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // SAFETY: sets a flag of this thread's, read by this thread's
+        // forward passes; put back before returning (also on unwind).
+        let _uniform = super::Uniform::hold(|on| unsafe { hmg_e5_uniform(on) });
         self.batch(texts, true)
     }
 

@@ -63,6 +63,16 @@ pub trait Embedder: Send + Sync {
     fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         texts.iter().map(|t| self.embed_query(t)).collect()
     }
+    /// Query vectors of texts a caller compares with each other (the
+    /// merge's paraphrase check), each the same, bit for bit, whether its
+    /// text is embedded alone or in any batch: a decision at a threshold
+    /// must not depend on which texts came in one call. A backend whose
+    /// kernels depend on the batch (the C engines: AMX tiles from 32
+    /// tokens) holds them to one choice here; the default embeds each
+    /// text alone.
+    fn embed_comparable(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts.iter().map(|t| self.embed_query(t)).collect()
+    }
     /// Languages the model understands (`None`: any). Queries in other
     /// languages skip semantic search rather than add noise.
     fn languages(&self) -> Option<&[String]> {
@@ -293,24 +303,44 @@ pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
 /// one forward pass over both paid a barrier per matrix and waited for the
 /// slower core (perf of an import: 10% of the CPU spinning in OpenMP).
 /// A batch too small to split runs whole on the first engine thread, every
-/// core on it. Returns at once; [`Pending::wait`] gives the vectors in
-/// order. Runs started one after the other queue on each thread in that
-/// order, so two models' runs interleave without idle cores.
+/// core on it; or, `beside` other work (the commit a split batch of
+/// another model runs beside: [`crate::index::Indexes::embeds_in_parts`]),
+/// whole on one core, the engine threads taken in turn. OpenMP's workers
+/// spin for milliseconds after each parallel region, on the core that
+/// commit and the other model's run needed: a REST add's few English
+/// facts (MiniLM's share) on every core cost its threads 12% of all
+/// samples in libgomp's spin (perf), and one core each went 223 → 255
+/// memories/s in `benches/rest_add.py … 100 10 true` (five alternated
+/// runs, medians; `OMP_WAIT_POLICY=passive` gave the same). Returns at once;
+/// [`Pending::wait`] gives the vectors in order. Runs started one after
+/// the other queue on each thread in that order, so two models' runs
+/// interleave without idle cores.
 pub(crate) fn start_on_engine_threads<T: Send + 'static>(
     texts: Vec<String>,
+    beside: bool,
     work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
 ) -> Result<Pending<T>, EmbedError> {
     let bytes: usize = texts.iter().map(String::len).sum();
     let parts = split_parts(texts.len(), bytes);
+    if parts == 1 && beside {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        return start_runs(vec![(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), texts)], work);
+    }
     if parts == 1 {
         return start_batch(texts, work);
     }
     // Several take one core each.
+    start_runs(runs_of(texts, parts), work)
+}
+
+/// `texts` dealt into `parts` contiguous runs of about equal bytes (the
+/// last takes the rest), run `n` for engine thread `n` ([`start_runs`]).
+pub(crate) fn runs_of(texts: Vec<String>, parts: usize) -> Vec<(usize, Vec<String>)> {
+    let parts = parts.max(1);
+    let mut left: usize = texts.iter().map(String::len).sum();
     let mut runs = Vec::with_capacity(parts);
     let mut texts = texts.into_iter().peekable();
-    let mut left = bytes;
     for part in 0..parts {
-        // Contiguous runs of about equal bytes; the last takes the rest.
         let target = left.div_ceil(parts - part);
         let mut run: Vec<String> = Vec::new();
         let mut run_bytes = 0;
@@ -324,7 +354,7 @@ pub(crate) fn start_on_engine_threads<T: Send + 'static>(
         left -= run_bytes;
         runs.push((part, run));
     }
-    start_runs(runs, work)
+    runs
 }
 
 /// Runs `work` on engine thread `engine`'s own core, of `engines`: the C
@@ -476,6 +506,26 @@ impl<T> Pending<T> {
     }
 }
 
+/// A C engine's flag of this thread for [`Embedder::embed_comparable`]:
+/// set while held, cleared when dropped (also when the call unwinds), so
+/// the thread's next embedding is the usual kind.
+pub(crate) struct Uniform(fn(std::ffi::c_int));
+
+impl Uniform {
+    /// Sets the flag through `set` (the engine's setter, called with 1
+    /// now and 0 when dropped).
+    pub(crate) fn hold(set: fn(std::ffi::c_int)) -> Uniform {
+        set(1);
+        Uniform(set)
+    }
+}
+
+impl Drop for Uniform {
+    fn drop(&mut self) {
+        (self.0)(0);
+    }
+}
+
 /// Scales `v` to unit length (no-op for the zero vector).
 pub fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -591,7 +641,7 @@ mod tests {
         let parts = split_parts(texts.len(), bytes);
         assert!(bytes / super::SPLIT_MIN_BYTES >= 8, "{bytes} bytes");
         assert_eq!(parts, cores.min(8), "one run per engine thread");
-        let vectors = start_on_engine_threads(texts, lengths).unwrap().wait().unwrap();
+        let vectors = start_on_engine_threads(texts, false, lengths).unwrap().wait().unwrap();
         assert_eq!(vectors.iter().map(|v| v.0).collect::<Vec<_>>(), expected, "every text once, in order");
         let mut used: Vec<&str> = vectors.iter().map(|v| v.1.as_str()).collect();
         used.dedup();
@@ -606,7 +656,7 @@ mod tests {
         // Two short texts split too, unless batches run on AMX tiles (too
         // few tokens per part for them): then whole, on the first engine
         // thread.
-        let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], lengths).unwrap().wait().unwrap();
+        let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], false, lengths).unwrap().wait().unwrap();
         assert_eq!(small.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
         let threads: Vec<&str> = small.iter().map(|v| v.1.as_str()).collect();
         if super::bert::batches_on_tiles() || cores == 1 {
@@ -616,11 +666,21 @@ mod tests {
             assert!(small.iter().all(|v| v.2 == 1), "OpenMP held to one thread in a split run");
         }
         // One text is never split: every core on it.
-        let one = start_on_engine_threads(vec!["hello".to_owned()], lengths).unwrap().wait().unwrap();
+        let one = start_on_engine_threads(vec!["hello".to_owned()], false, lengths).unwrap().wait().unwrap();
         assert_eq!(one[0].1, "hmg-embed");
+        // Beside other work, a batch too small to split takes one core
+        // (the engine threads in turn: two models' batches side by side).
+        let beside: Vec<_> = (0..2)
+            .map(|_| start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], true, lengths).unwrap().wait().unwrap())
+            .collect();
+        for run in &beside {
+            assert_eq!(run.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
+            assert!(run.iter().all(|v| v.2 == 1 && v.1 == run[0].1), "one run, OpenMP held to one thread: {run:?}");
+        }
+
         // A failing run fails the whole batch, with its error.
         let many: Vec<String> = (0..16).map(|i| "x".repeat(600 + i)).collect();
-        let failed = start_on_engine_threads(many, |texts| -> Result<Vec<usize>, EmbedError> {
+        let failed = start_on_engine_threads(many, false, |texts| -> Result<Vec<usize>, EmbedError> {
             if texts.iter().any(|t| t.len() == 615) {
                 return Err(EmbedError::Backend("model refused".into()));
             }
