@@ -10,12 +10,16 @@
 //! command do not hold two copies), and the kernel can drop and re-read
 //! them.
 //!
-//! One file per model file and engine, under `HMG_PACK_DIR` (default
-//! `${XDG_CACHE_HOME:-~/.cache}/hmg/packs`; `off` never reads or writes
-//! one), named after the model file's canonical path, which it records:
-//! writing one removes those of model files that are gone (a model moved,
-//! a test's temporary copy) and temporary files a crashed writer left
-//! over an hour ago. A file is used only
+//! One file per model file, engine and build's kernels, under
+//! `HMG_PACK_DIR` (default `${XDG_CACHE_HOME:-~/.cache}/hmg/packs`; `off`
+//! never reads or writes one), named after the model file's canonical
+//! path, which it records, and the kernel sources' hash: two builds used
+//! in turn (an old and a new one, benchmarked side by side) each keep
+//! their own file, where one name had each rewrite the other's at every
+//! load. Writing one removes those of model files that are gone (a model
+//! moved, a test's temporary copy), those of other builds not written for
+//! a day (an upgrade's leftovers), and temporary files a crashed writer
+//! left over an hour ago. A file is used only
 //! if it was written from the same model file (size and modification
 //! time), by a build of the same kernel sources (`build.rs` hashes them),
 //! with the shapes the model has now, every part inside the file;
@@ -42,6 +46,9 @@ const MAGIC: &[u8; 8] = b"HMGPACK1";
 const HEADER: usize = 48;
 /// Temporary files of writers that died are removed after this long.
 const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Pack files of other builds' kernels are removed once they are this old
+/// (their writes; reading leaves a file's time alone).
+const OTHER_BUILD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// Bytes per matrix in the table.
 const ENTRY: usize = 48;
 /// Alignment of every weight and scale section (the kernels' loads).
@@ -149,11 +156,11 @@ pub(crate) fn dir_from_env() -> Option<PathBuf> {
     }
 }
 
-/// Where the pack file of `model` for `engine` lives in `dir`.
+/// Where this build's pack file of `model` for `engine` lives in `dir`.
 pub(crate) fn path(dir: &Path, engine: &str, model: &Path) -> PathBuf {
     let digest = sha2::Sha256::digest(canonical(model).as_os_str().as_bytes());
     let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    dir.join(format!("{engine}-{stem}-{}.pack", hex::encode(&digest[..8])))
+    dir.join(format!("{engine}-{stem}-{}-{:016x}.pack", hex::encode(&digest[..8]), sources()))
 }
 
 /// The model file's identity a pack file records: size, and modification
@@ -205,18 +212,22 @@ pub(crate) fn save(dir: Option<&Path>, engine: &str, model: &Path, matrices: &[M
 }
 
 /// Removes the pack files in `dir` whose model file is gone (a model moved
-/// or removed, a test's temporary copy) and temporary files a writer left
-/// more than an hour ago; anything else is left alone.
+/// or removed, a test's temporary copy), those of other builds' kernels
+/// written more than a day ago, and temporary files a writer left more
+/// than an hour ago; anything else is left alone.
 fn prune(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
+        let older_than = |age: std::time::Duration| {
+            entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|a| a > age)
+        };
         let gone = if name.ends_with(".pack") {
-            recorded_model(&path).is_some_and(|model| !model.exists())
+            recorded(&path).is_some_and(|(built, model)| !model.exists() || (built != sources() && older_than(OTHER_BUILD)))
         } else if name.ends_with(".tmp") {
-            entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > STALE_TEMP)
+            older_than(STALE_TEMP)
         } else {
             false
         };
@@ -226,14 +237,16 @@ fn prune(dir: &Path) {
     }
 }
 
-/// The model file a pack file was written from, as recorded in it.
-fn recorded_model(file: &Path) -> Option<PathBuf> {
+/// The kernel sources' hash of the build that wrote a pack file and the
+/// model file it was written from, as recorded in it.
+fn recorded(file: &Path) -> Option<(u64, PathBuf)> {
     let mut head = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(file).ok()?, 1 << 16), &mut head).ok()?;
     if head.get(..8)? != MAGIC {
         return None;
     }
-    named(&head).map(|bytes| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    let model = named(&head).map(|bytes| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))?;
+    Some((u64_at(&head, 8)?, model))
 }
 
 /// The model path a pack file's header records: after the table (as many
@@ -552,7 +565,7 @@ mod tests {
             std::fs::write(model, b"weights").expect("model");
             save(Some(&dir), "e5", model, &matrices(&parts));
         }
-        assert_eq!(recorded_model(&path(&dir, "e5", &gone)), Some(gone.canonicalize().expect("canonical")));
+        assert_eq!(recorded(&path(&dir, "e5", &gone)), Some((sources(), gone.canonicalize().expect("canonical"))));
         std::fs::remove_file(&gone).expect("rm");
         let old_temp = dir.join("e5-kept-0.pack.1-2.tmp");
         let new_temp = dir.join("e5-kept-0.pack.3-4.tmp");
@@ -566,5 +579,40 @@ mod tests {
         assert!(!old_temp.exists(), "a temporary file left long ago is removed");
         assert!(new_temp.exists() && foreign.exists(), "a writer's fresh temporary file and a file not ours stay");
         assert!(open(Some(&dir), "e5", &kept, &shapes(&parts)).is_some());
+    }
+
+    /// A pack file as a build of other kernels would have written it for
+    /// `model`: this build's, with another sources hash, under that
+    /// build's name.
+    fn other_builds(dir: &Path, model: &Path, parts: &[(Shape, Vec<u8>, Vec<u8>)], built: u64) -> PathBuf {
+        let ours = path(dir, "e5", model);
+        write(&ours, model, &matrices(parts)).expect("write");
+        let mut bytes = std::fs::read(&ours).expect("read");
+        bytes[8..16].copy_from_slice(&built.to_le_bytes());
+        let theirs =
+            dir.join(ours.file_name().expect("name").to_string_lossy().replace(&format!("{:016x}", sources()), &format!("{built:016x}")));
+        std::fs::write(&theirs, bytes).expect("write");
+        std::fs::remove_file(&ours).expect("rm");
+        theirs
+    }
+
+    #[test]
+    fn two_builds_keep_their_own_pack_files_and_an_old_builds_goes_after_a_day() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("packs");
+        let parts = parts();
+        let model = tmp.path().join("model.bin");
+        std::fs::write(&model, b"weights").expect("model");
+        let (recent, old) = (other_builds(&dir, &model, &parts, sources() ^ 1), other_builds(&dir, &model, &parts, sources() ^ 2));
+        assert_ne!(recent, old);
+        set_modified(&old, std::time::SystemTime::now() - 2 * OTHER_BUILD);
+        // This build does not read another build's file, and writes its own
+        // beside them.
+        assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_none());
+        save(Some(&dir), "e5", &model, &matrices(&parts));
+        assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_some());
+        assert!(recent.exists(), "a build used lately keeps its file");
+        assert!(!old.exists(), "a build's file not written for a day is removed");
+        assert_eq!(recorded(&recent).map(|(built, _)| built), Some(sources() ^ 1), "and the other build's file is as it wrote it");
     }
 }
