@@ -159,10 +159,11 @@ impl StartedQueries {
 
 /// Query vectors kept per model (4,096 of 384 dimensions are about
 /// 6 MiB; the least recently used half goes when full: [`Recent`]), and
-/// as many compared texts' vectors. The merge's compared memories: at 512 (cleared
-/// when full), the REST add of 60 chats of 10 facts filled it, and the add
-/// after each clear embedded the scope's memories again (max per add
-/// 188 / 210 → 114 / 133 ms, alternated).
+/// as many compared texts' vectors in their own cache. The merge's
+/// compared memories were kept at 512 (cleared when full): the REST add of
+/// 60 chats of 10 facts filled it, and the add after each clear embedded
+/// the scope's memories again (max per add 188 / 210 → 114 / 133 ms,
+/// alternated).
 const QUERY_CACHE_ENTRIES: usize = 4096;
 
 /// The derived indexes.

@@ -677,7 +677,6 @@ mod tests {
             assert_eq!(run.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
             assert!(run.iter().all(|v| v.2 == 1 && v.1 == run[0].1), "one run, OpenMP held to one thread: {run:?}");
         }
-
         // A failing run fails the whole batch, with its error.
         let many: Vec<String> = (0..16).map(|i| "x".repeat(600 + i)).collect();
         let failed = start_on_engine_threads(many, false, |texts| -> Result<Vec<usize>, EmbedError> {

@@ -424,12 +424,18 @@ mod tests {
         }
     }
 
+    /// A temporary directory, the pack directory to be in it, and a model
+    /// file in it holding `bytes`.
+    fn scratch(bytes: &[u8]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (dir, model) = (tmp.path().join("packs"), tmp.path().join("model.bin"));
+        std::fs::write(&model, bytes).expect("model");
+        (tmp, dir, model)
+    }
+
     #[test]
     fn a_pack_file_gives_back_what_was_written_aligned_and_only_for_its_model_file() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let dir = tmp.path().join("packs");
-        let model = tmp.path().join("model.bin");
-        std::fs::write(&model, b"weights v1").expect("model");
+        let (tmp, dir, model) = scratch(b"weights v1");
         let parts = parts();
         assert!(open(Some(&dir), "e5", &model, &shapes(&parts)).is_none(), "nothing written yet");
         save(Some(&dir), "e5", &model, &matrices(&parts));
@@ -481,10 +487,7 @@ mod tests {
 
     #[test]
     fn a_damaged_pack_file_is_not_used_and_bad_matrices_are_not_written() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let dir = tmp.path().join("packs");
-        let model = tmp.path().join("model.bin");
-        std::fs::write(&model, b"weights").expect("model");
+        let (tmp, dir, model) = scratch(b"weights");
         let parts = parts();
         save(Some(&dir), "e5", &model, &matrices(&parts));
         let file = path(&dir, "e5", &model);
@@ -598,11 +601,8 @@ mod tests {
 
     #[test]
     fn two_builds_keep_their_own_pack_files_and_an_old_builds_goes_after_a_day() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let dir = tmp.path().join("packs");
+        let (_tmp, dir, model) = scratch(b"weights");
         let parts = parts();
-        let model = tmp.path().join("model.bin");
-        std::fs::write(&model, b"weights").expect("model");
         let (recent, old) = (other_builds(&dir, &model, &parts, sources() ^ 1), other_builds(&dir, &model, &parts, sources() ^ 2));
         assert_ne!(recent, old);
         set_modified(&old, std::time::SystemTime::now() - 2 * OTHER_BUILD);
