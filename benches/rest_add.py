@@ -35,6 +35,12 @@ def fact(i):
     return t.format(n=i, **{k: rnd.choice(v) for k, v in W.items()})
 def port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+def cpu(pid):
+    """Seconds of CPU the process (every thread) has used; under WRAP, the
+    wrapper's children are not counted, so 0."""
+    try: f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError: return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 def run(infer):
     store = tempfile.mkdtemp(prefix="addb"); p = port()
     proc = subprocess.Popen(os.environ.get("WRAP", "").split() + [hmg, "--store", store, "serve", "--listen", f"127.0.0.1:{p}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -52,6 +58,7 @@ def run(infer):
                            "user_id": "u1", "agent_id": "bench", "infer": False}).encode()
         urllib.request.urlopen(urllib.request.Request(base + "/add", data=body, method="POST", headers={"Content-Type": "application/json"}), timeout=300).read()
     times, n_added, k, ev = [], 0, 0, {}
+    cpu0 = cpu(proc.pid)
     t0 = time.perf_counter()
     for a in range(adds):
         msgs = [{"role": "user", "content": fact(1000 + k + j)} for j in range(per)]; k += per
@@ -59,7 +66,8 @@ def run(infer):
         n_added += sum(1 for x in r["results"] if x["event"] == "ADD")
         for x in r["results"]: ev[x["event"]] = ev.get(x["event"], 0) + 1
     total = time.perf_counter() - t0
+    used = cpu(proc.pid) - cpu0
     proc.send_signal(2); proc.wait()
-    print(f"infer={infer}{f' after {preload} memories' if preload else ''}: {adds} adds x {per} msgs: {n_added} ADD in {total:.2f} s = {n_added/total:.0f} memories/s; per add p50 {statistics.median(times)*1e3:.0f} ms max {max(times)*1e3:.0f} ms {ev}")
+    print(f"infer={infer}{f' after {preload} memories' if preload else ''}: {adds} adds x {per} msgs: {n_added} ADD in {total:.2f} s = {n_added/total:.0f} memories/s; per add p50 {statistics.median(times)*1e3:.0f} ms max {max(times)*1e3:.0f} ms {ev}; server CPU {used/adds*1e3:.0f} ms per add, {used/total:.2f} cores busy")
 for infer in ([True, False] if modes == "both" else [modes == "true"]):
     run(infer)

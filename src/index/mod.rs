@@ -109,6 +109,11 @@ pub struct Semantic {
     /// recall searches with the model expected to answer first while the
     /// others still embed.
     query_micros: Arc<std::sync::atomic::AtomicU64>,
+    /// What embedding passages has lately cost this model, in nanoseconds
+    /// per byte of text (a moving average; 0 before the first): a shared
+    /// batch ([`Indexes::embed_atoms`]) cuts each model's texts into
+    /// pieces of about equal cost.
+    passage_nanos_per_byte: Arc<std::sync::atomic::AtomicU64>,
     /// Recent vectors of compared texts ([`Semantic::comparable`]), apart
     /// from the queries': they come from other kernels.
     compare_cache: Mutex<Recent<Vec<f32>>>,
@@ -191,6 +196,7 @@ impl Semantic {
             vectors,
             query_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             query_micros: Arc::default(),
+            passage_nanos_per_byte: Arc::default(),
             compare_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
         }
@@ -240,8 +246,9 @@ impl Semantic {
     /// Puts this model's comparable vector ([`Semantic::comparable`]) of
     /// each of `texts` into the cache, for callers that know ahead what
     /// they will compare (the merge). Texts already cached are not
-    /// embedded again; the others go as one batch per engine thread, one
-    /// core each, in contiguous runs of about equal bytes. Each short text
+    /// embedded again; the others go in contiguous runs of about equal
+    /// bytes, one per engine thread, which the threads take as they come
+    /// free ([`embed::start_shared`]), one core each. Each short text
     /// alone, dealt out to the threads, was 30% of a REST add's CPU (perf:
     /// 2.9 ms per text, the integer kernels' one-row tiles); a batch runs
     /// on the AMX tiles where the CPU has them, and gives every text the
@@ -257,15 +264,22 @@ impl Semantic {
             return Ok(());
         }
         tracing::debug!(asked = texts.len(), missing = missing.len(), "embedding the compared texts ahead");
-        let embedder = Arc::clone(&self.embedder);
-        let work = move |refs: &[&str]| -> Result<Vec<Result<Vec<f32>, EmbedError>>, EmbedError> {
-            Ok(match embedder.embed_comparable(refs) {
-                Ok(vectors) if vectors.len() == refs.len() => vectors.into_iter().map(Ok).collect(),
-                _ => refs.iter().map(|text| embedder.embed_comparable(&[text]).and_then(one_vector)).collect(),
+        let tasks = embed::runs_of(missing.clone(), embed::engine_count().min(missing.len()))
+            .into_iter()
+            .map(|(_, run)| {
+                let embedder = Arc::clone(&self.embedder);
+                let cost = run.iter().map(String::len).sum::<usize>() as u64;
+                let task: embed::Task<Result<Vec<f32>, EmbedError>> = Box::new(move || {
+                    let refs: Vec<&str> = run.iter().map(String::as_str).collect();
+                    Ok(match embedder.embed_comparable(&refs) {
+                        Ok(vectors) if vectors.len() == refs.len() => vectors.into_iter().map(Ok).collect(),
+                        _ => refs.iter().map(|text| embedder.embed_comparable(&[text]).and_then(one_vector)).collect(),
+                    })
+                });
+                (cost, task)
             })
-        };
-        let runs = embed::runs_of(missing.clone(), embed::engine_count().min(missing.len()));
-        let answers = embed::start_runs(runs, work)?.wait()?;
+            .collect();
+        let answers = embed::Pending::joined(embed::start_shared(tasks)).wait()?;
         let mut failed = None;
         let mut cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (text, vector) in missing.into_iter().zip(answers) {
@@ -345,7 +359,7 @@ impl Semantic {
     /// This model's vector for one atom (`None` without content, or when the
     /// model fails: the atom is then indexed without it, and the failure logged).
     fn embed(&self, atom: &Atom) -> Option<Vec<f32>> {
-        match self.start_atoms(&[atom], false).and_then(Started::finish) {
+        match self.start_atoms(&[atom]).and_then(Started::finish) {
             Ok(mut vectors) => vectors.pop().flatten(),
             Err(error) => {
                 tracing::warn!(%error, atom = %atom.id, model = self.embedder.id(), "embedding failed; the atom is indexed without this vector");
@@ -366,25 +380,47 @@ impl Semantic {
     /// An atom in a language the model does not understand gets none: an
     /// English-only model's vector of a Chinese memory is noise no query
     /// of its languages should meet, and it was a third of an import's
-    /// model time on the cold bench's three-language set. `beside`: the
-    /// caller works meanwhile ([`Indexes::embeds_in_parts`]), so a batch too
-    /// small to split takes one core, not every core
-    /// ([`embed::start_on_engine_threads`]).
-    fn start_atoms(&self, atoms: &[&Atom], beside: bool) -> Result<Started, crate::index::embed::EmbedError> {
-        let texts: Vec<(usize, String)> = atoms
-            .iter()
-            .enumerate()
-            .filter(|(_, atom)| self.understands(&atom.language))
-            .filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t)))
-            .collect();
-        let (slots, owned): (Vec<usize>, Vec<String>) = texts.into_iter().unzip();
+    /// model time on the cold bench's three-language set.
+    fn start_atoms(&self, atoms: &[&Atom]) -> Result<Started, crate::index::embed::EmbedError> {
+        let (slots, owned) = self.atom_texts(atoms);
         let pending = if owned.is_empty() {
             None
         } else {
             let embedder = Arc::clone(&self.embedder);
-            Some(embed::start_on_engine_threads(owned, beside, move |refs| embedder.embed_passages(refs))?)
+            Some(embed::start_on_engine_threads(owned, move |refs| embedder.embed_passages(refs))?)
         };
         Ok(Started { atoms: atoms.len(), slots, pending })
+    }
+}
+
+impl Semantic {
+    /// The texts this model embeds of `atoms` (those in its languages,
+    /// with content), and which atom each is.
+    fn atom_texts(&self, atoms: &[&Atom]) -> (Vec<usize>, Vec<String>) {
+        atoms
+            .iter()
+            .enumerate()
+            .filter(|(_, atom)| self.understands(&atom.language))
+            .filter_map(|(i, atom)| attributed_text(atom).map(|t| (i, t)))
+            .unzip()
+    }
+
+    /// A piece of a shared batch: this model's passages of `texts`, timed
+    /// into [`Semantic::passage_nanos_per_byte`].
+    fn passage_task(&self, texts: Vec<String>) -> embed::Task<Vec<f32>> {
+        let embedder = Arc::clone(&self.embedder);
+        let rate = Arc::clone(&self.passage_nanos_per_byte);
+        Box::new(move || {
+            let started = std::time::Instant::now();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = embedder.embed_passages(&refs);
+            let bytes = texts.iter().map(String::len).sum::<usize>().max(1) as u128;
+            let nanos = (started.elapsed().as_nanos() / bytes).clamp(1, u128::from(u32::MAX)) as u64;
+            // An eighth of each new figure; the first is taken whole.
+            let old = rate.load(std::sync::atomic::Ordering::Relaxed);
+            rate.store(if old == 0 { nanos } else { (old * 7 + nanos) / 8 }, std::sync::atomic::Ordering::Relaxed);
+            vectors
+        })
     }
 }
 
@@ -534,6 +570,52 @@ impl Indexes {
         !self.semantic.is_empty() && embed::split_parts(atoms.len(), bytes) > 1
     }
 
+    /// Every model's vectors for `atoms` as one shared batch
+    /// ([`embed::start_shared`]): each model's texts cut into contiguous
+    /// pieces of about equal bytes, as many as its share of the expected
+    /// cost (bytes times its lately measured cost per byte) of twice as
+    /// many pieces as engine threads, so the threads take the pieces as
+    /// they come free and finish about together.
+    fn start_shared(&self, atoms: &[&Atom]) -> Vec<Started> {
+        let texts: Vec<(Vec<usize>, Vec<String>)> = self.semantic.iter().map(|s| s.atom_texts(atoms)).collect();
+        let rates: Vec<u64> = self.semantic.iter().map(|s| s.passage_nanos_per_byte.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        // Until every model has a figure, a byte costs each the same.
+        let known = rates.iter().all(|r| *r > 0);
+        let costs: Vec<u64> = texts
+            .iter()
+            .zip(&rates)
+            .map(|((_, t), rate)| t.iter().map(String::len).sum::<usize>() as u64 * if known { *rate } else { 1 })
+            .collect();
+        let total = costs.iter().sum::<u64>().max(1);
+        let wanted = 2 * embed::engine_count() as u64;
+        let mut tasks = Vec::new();
+        let mut pieces_of = Vec::with_capacity(texts.len());
+        for ((s, (_, owned)), cost) in self.semantic.iter().zip(&texts).zip(&costs) {
+            if owned.is_empty() {
+                pieces_of.push(0);
+                continue;
+            }
+            let share = (wanted * cost).div_ceil(total).max(1) as usize;
+            let bytes = owned.iter().map(String::len).sum();
+            let runs = embed::runs_of(owned.clone(), embed::pieces(owned.len(), bytes, share));
+            pieces_of.push(runs.len());
+            for (_, run) in runs {
+                let piece_cost = run.iter().map(String::len).sum::<usize>() as u64 * if known { s.passage_nanos_per_byte.load(std::sync::atomic::Ordering::Relaxed) } else { 1 };
+                tasks.push((piece_cost, s.passage_task(run)));
+            }
+        }
+        let mut pending = embed::start_shared(tasks).into_iter();
+        texts
+            .into_iter()
+            .zip(pieces_of)
+            .map(|((slots, _), pieces)| Started {
+                atoms: atoms.len(),
+                slots,
+                pending: (pieces > 0).then(|| embed::Pending::joined(pending.by_ref().take(pieces).collect())),
+            })
+            .collect()
+    }
+
     /// Embeds several atoms with every model, one call per model (the
     /// engines batch); per atom, the vectors in `semantic()` order.
     #[tracing::instrument(skip_all, fields(atoms = atoms.len()))]
@@ -541,8 +623,11 @@ impl Indexes {
         let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
         // Every model's runs are queued before any is waited for: the
         // engine threads go from one model's run to the next without idling.
-        let beside = self.embeds_in_parts(atoms);
-        let started: Vec<_> = self.semantic.iter().map(|s| s.start_atoms(atoms, beside)).collect();
+        let started: Vec<_> = if self.embeds_in_parts(atoms) {
+            self.start_shared(atoms).into_iter().map(Ok).collect()
+        } else {
+            self.semantic.iter().map(|s| s.start_atoms(atoms)).collect()
+        };
         for (model, (s, started)) in self.semantic.iter().zip(started).enumerate() {
             match started.and_then(Started::finish) {
                 Ok(embedded) => {
@@ -751,7 +836,7 @@ impl Indexes {
             let missing: Vec<usize> =
                 (0..batch.len()).filter(|i| batch[*i].0.content.is_some() && !s.vectors.contains(batch[*i].0.id)).collect();
             let atoms: Vec<&Atom> = missing.iter().map(|i| &batch[*i].0).collect();
-            started.push((missing, s.start_atoms(&atoms, false)));
+            started.push((missing, s.start_atoms(&atoms)));
         }
         for (model, (missing, started)) in started.into_iter().enumerate() {
             for (i, vector) in missing.into_iter().zip(started?.finish()?) {

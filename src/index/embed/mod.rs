@@ -238,6 +238,58 @@ pub(crate) fn start_runs<T: Send + 'static>(
     Ok(Pending(Waiting::Parts(pending)))
 }
 
+/// One model's call on some texts, for whichever engine thread is free
+/// first ([`start_shared`]).
+pub(crate) type Task<T> = Box<dyn FnOnce() -> Result<Vec<T>, EmbedError> + Send>;
+
+/// Starts `tasks` (each with its expected cost, in any unit) on every
+/// engine thread at once: each thread, on its own core with OpenMP held to
+/// one thread, takes the costliest task left whenever it is free, until
+/// none is. The threads finish about together however the tasks' costs
+/// differ, and a thread still busy with other work takes fewer. Runs
+/// dealt out ahead, one per thread, waited for the slower: a REST add's
+/// write phase queued e5's two halves and MiniLM's one batch on the two
+/// threads, and one of them then ran alone for 5.7 ms of each add's
+/// 38 ms (perf, every sample binned by half millisecond). Returns at once,
+/// one [`Pending`] per task in the order given.
+pub(crate) fn start_shared<T: Send + 'static>(tasks: Vec<(u64, Task<T>)>) -> Vec<Pending<T>> {
+    let Some(engines) = engines() else {
+        return tasks.into_iter().map(|(_, task)| Pending(Waiting::Done(task()))).collect();
+    };
+    let mut pending = Vec::with_capacity(tasks.len());
+    let mut queue = Vec::with_capacity(tasks.len());
+    for (cost, task) in tasks {
+        let (answer, receiver) = std::sync::mpsc::sync_channel::<Answer<T>>(1);
+        queue.push((cost, task, answer));
+        pending.push(Pending(Waiting::Parts(vec![Part::new(receiver)])));
+    }
+    // Costliest first (a stable sort: equal costs keep their order).
+    queue.sort_by_key(|(cost, _, _)| std::cmp::Reverse(*cost));
+    let queue: std::collections::VecDeque<_> = queue.into_iter().collect();
+    let (count, workers) = (engines.len(), engines.len().min(queue.len()));
+    let queue = Arc::new(Mutex::new(queue));
+    for engine in 0..workers {
+        let queue = Arc::clone(&queue);
+        let work = move || {
+            on_own_core(engine, count, || {
+                loop {
+                    let next = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+                    let Some((_, task, answer)) = next else { break };
+                    // A task that panics answers None; the thread goes on.
+                    let _ = answer.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)).ok());
+                }
+            });
+        };
+        // A thread that cannot take work leaves it to the others; with
+        // none, the queue (and its answers' senders) is dropped here, and
+        // each pending task fails.
+        if let Err(error) = submit(engines, engine, work) {
+            tracing::warn!(%error, "could not start an embedding thread's share");
+        }
+    }
+    pending
+}
+
 /// Loads and prepares `models` on the engine threads, in the background:
 /// queued before any embedding, so the first query waits only for what is
 /// left of it, while the caller opens the indexes on its own thread. A
@@ -293,8 +345,15 @@ const SPLIT_MIN_BYTES: usize = 128;
 /// decisions: the vectors are bitwise a single call's). An MCP burst of
 /// 600 stayed within noise (medians 312 → 300/s, spread 290–352).
 pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
+    pieces(texts, bytes, engine_count())
+}
+
+/// Into how many runs, at most `wanted`, a batch of `texts` texts of
+/// `bytes` bytes may split: where batches run on AMX tiles, each part
+/// keeps two texts and [`SPLIT_MIN_BYTES`]; elsewhere one text each.
+pub(crate) fn pieces(texts: usize, bytes: usize, wanted: usize) -> usize {
     let parts = if bert::batches_on_tiles() { (texts / 2).min(bytes / SPLIT_MIN_BYTES) } else { texts };
-    engine_count().min(parts).max(1)
+    wanted.min(parts).max(1)
 }
 
 /// Embeds `texts` with `work` (one model's batch call), split into one
@@ -303,29 +362,16 @@ pub(crate) fn split_parts(texts: usize, bytes: usize) -> usize {
 /// one forward pass over both paid a barrier per matrix and waited for the
 /// slower core (perf of an import: 10% of the CPU spinning in OpenMP).
 /// A batch too small to split runs whole on the first engine thread, every
-/// core on it; or, `beside` other work (the commit a split batch of
-/// another model runs beside: [`crate::index::Indexes::embeds_in_parts`]),
-/// whole on one core, the engine threads taken in turn. OpenMP's workers
-/// spin for milliseconds after each parallel region, on the core that
-/// commit and the other model's run needed: a REST add's few English
-/// facts (MiniLM's share) on every core cost its threads 12% of all
-/// samples in libgomp's spin (perf), and one core each went 223 → 255
-/// memories/s in `benches/rest_add.py … 100 10 true` (five alternated
-/// runs, medians; `OMP_WAIT_POLICY=passive` gave the same). Returns at once;
-/// [`Pending::wait`] gives the vectors in order. Runs started one after
-/// the other queue on each thread in that order, so two models' runs
-/// interleave without idle cores.
+/// core on it. Returns at once; [`Pending::wait`] gives the vectors in
+/// order. Runs started one after the other queue on each thread in that
+/// order, so two models' runs interleave without idle cores. (A batch
+/// beside a commit goes to [`start_shared`] instead.)
 pub(crate) fn start_on_engine_threads<T: Send + 'static>(
     texts: Vec<String>,
-    beside: bool,
     work: impl Fn(&[&str]) -> Result<Vec<T>, EmbedError> + Send + Sync + 'static,
 ) -> Result<Pending<T>, EmbedError> {
     let bytes: usize = texts.iter().map(String::len).sum();
     let parts = split_parts(texts.len(), bytes);
-    if parts == 1 && beside {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        return start_runs(vec![(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), texts)], work);
-    }
     if parts == 1 {
         return start_batch(texts, work);
     }
@@ -476,6 +522,21 @@ enum Waiting<T> {
 }
 
 impl<T> Pending<T> {
+    /// Several pendings as one: their vectors one after the other.
+    pub(crate) fn joined(all: Vec<Pending<T>>) -> Pending<T> {
+        let mut parts = Vec::with_capacity(all.len());
+        for pending in all {
+            match pending.0 {
+                Waiting::Parts(more) => parts.extend(more),
+                Waiting::Done(done) => {
+                    let (_, receiver) = std::sync::mpsc::sync_channel(1);
+                    parts.push(Part { receiver, came: Some(Some(done)) });
+                }
+            }
+        }
+        Pending(Waiting::Parts(parts))
+    }
+
     /// Whether every run has answered ([`Pending::wait`] would not wait).
     pub(crate) fn is_ready(&mut self) -> bool {
         match &mut self.0 {
@@ -601,7 +662,7 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
 #[cfg(test)]
 mod tests {
     use super::bert::openmp_threads;
-    use super::{EmbedError, engines, on_engine_thread, split_parts, start_on, start_on_engine_threads};
+    use super::{EmbedError, Pending, Task, engines, on_engine_thread, split_parts, start_on, start_on_engine_threads, start_shared};
 
     #[test]
     fn the_engine_thread_answers_in_order_and_outlives_a_panic() {
@@ -641,7 +702,7 @@ mod tests {
         let parts = split_parts(texts.len(), bytes);
         assert!(bytes / super::SPLIT_MIN_BYTES >= 8, "{bytes} bytes");
         assert_eq!(parts, cores.min(8), "one run per engine thread");
-        let vectors = start_on_engine_threads(texts, false, lengths).unwrap().wait().unwrap();
+        let vectors = start_on_engine_threads(texts, lengths).unwrap().wait().unwrap();
         assert_eq!(vectors.iter().map(|v| v.0).collect::<Vec<_>>(), expected, "every text once, in order");
         let mut used: Vec<&str> = vectors.iter().map(|v| v.1.as_str()).collect();
         used.dedup();
@@ -656,7 +717,7 @@ mod tests {
         // Two short texts split too, unless batches run on AMX tiles (too
         // few tokens per part for them): then whole, on the first engine
         // thread.
-        let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], false, lengths).unwrap().wait().unwrap();
+        let small = start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], lengths).unwrap().wait().unwrap();
         assert_eq!(small.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
         let threads: Vec<&str> = small.iter().map(|v| v.1.as_str()).collect();
         if super::bert::batches_on_tiles() || cores == 1 {
@@ -666,20 +727,11 @@ mod tests {
             assert!(small.iter().all(|v| v.2 == 1), "OpenMP held to one thread in a split run");
         }
         // One text is never split: every core on it.
-        let one = start_on_engine_threads(vec!["hello".to_owned()], false, lengths).unwrap().wait().unwrap();
+        let one = start_on_engine_threads(vec!["hello".to_owned()], lengths).unwrap().wait().unwrap();
         assert_eq!(one[0].1, "hmg-embed");
-        // Beside other work, a batch too small to split takes one core
-        // (the engine threads in turn: two models' batches side by side).
-        let beside: Vec<_> = (0..2)
-            .map(|_| start_on_engine_threads(vec!["hello".to_owned(), "你好".to_owned()], true, lengths).unwrap().wait().unwrap())
-            .collect();
-        for run in &beside {
-            assert_eq!(run.iter().map(|v| v.0).collect::<Vec<_>>(), vec![5, 6]);
-            assert!(run.iter().all(|v| v.2 == 1 && v.1 == run[0].1), "one run, OpenMP held to one thread: {run:?}");
-        }
         // A failing run fails the whole batch, with its error.
         let many: Vec<String> = (0..16).map(|i| "x".repeat(600 + i)).collect();
-        let failed = start_on_engine_threads(many, false, |texts| -> Result<Vec<usize>, EmbedError> {
+        let failed = start_on_engine_threads(many, |texts| -> Result<Vec<usize>, EmbedError> {
             if texts.iter().any(|t| t.len() == 615) {
                 return Err(EmbedError::Backend("model refused".into()));
             }
@@ -688,6 +740,77 @@ mod tests {
         .unwrap()
         .wait();
         assert!(failed.unwrap_err().to_string().contains("model refused"));
+    }
+
+    #[test]
+    fn shared_tasks_go_costliest_first_to_whichever_thread_is_free_and_answer_in_order() {
+        let cores = engines().map_or(1, <[_]>::len);
+        let popped = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        // Costs 1..=6 given out of order; each task takes 10 ms times its
+        // cost squared, so two threads come free at distinct times.
+        let costs = [3u64, 6, 1, 5, 2, 4];
+        let tasks: Vec<(u64, Task<(u64, String, i32)>)> = costs
+            .iter()
+            .map(|&cost| {
+                let popped = std::sync::Arc::clone(&popped);
+                let task: Task<(u64, String, i32)> = Box::new(move || {
+                    popped.lock().unwrap().push(cost);
+                    std::thread::sleep(std::time::Duration::from_millis(10 * cost * cost));
+                    let (_, thread, threads) = lengths(&["x"])?.remove(0);
+                    Ok(vec![(cost, thread, threads)])
+                });
+                (cost, task)
+            })
+            .collect();
+        let answers: Vec<(u64, String, i32)> =
+            start_shared(tasks).into_iter().map(|pending| pending.wait().unwrap().remove(0)).collect();
+        // Each task's answer where it was given.
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), costs);
+        // Taken costliest first (the first of each thread at once).
+        let mut popped = popped.lock().unwrap().clone();
+        popped[..cores.min(costs.len())].sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(popped, vec![6, 5, 4, 3, 2, 1]);
+        assert!(answers.iter().all(|a| a.2 == 1), "OpenMP held to one thread: {answers:?}");
+        let mut threads: Vec<&str> = answers.iter().map(|a| a.1.as_str()).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        assert_eq!(threads.len(), cores.min(costs.len()), "every engine thread took some: {threads:?}");
+        // A busy thread takes less: the first is held for 300 ms, and the
+        // others take every task meanwhile.
+        if cores > 1 {
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let busy = start_on(Some(0), move || -> Result<Vec<()>, EmbedError> {
+                let _ = held.recv_timeout(std::time::Duration::from_millis(300));
+                Ok(Vec::new())
+            })
+            .unwrap();
+            let tasks: Vec<(u64, Task<(usize, String, i32)>)> =
+                (0..4).map(|i| (1, Box::new(move || lengths(&["x".repeat(i + 1).as_str()])) as Task<_>)).collect();
+            let answers: Vec<_> = start_shared(tasks).into_iter().map(|p| p.wait().unwrap().remove(0)).collect();
+            assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+            assert!(answers.iter().all(|a| a.1 != "hmg-embed"), "the busy thread took none: {answers:?}");
+            release.send(()).unwrap();
+            busy.wait().unwrap();
+        }
+        // A task that panics or fails answers so; the others still answer,
+        // and joined, the first failure is the answer.
+        #[allow(clippy::panic)]
+        let tasks: Vec<(u64, Task<usize>)> = vec![
+            (1, Box::new(|| Ok(vec![1]))),
+            (1, Box::new(|| panic!("engine failure"))),
+            (1, Box::new(|| Err(EmbedError::Backend("model refused".into())))),
+            (1, Box::new(|| Ok(vec![4, 5]))),
+        ];
+        let mut pending = start_shared(tasks);
+        let last = pending.pop().unwrap();
+        let refused = pending.pop().unwrap();
+        assert_eq!(last.wait().unwrap(), vec![4, 5]);
+        assert!(refused.wait().unwrap_err().to_string().contains("model refused"));
+        assert!(Pending::joined(pending).wait().unwrap_err().to_string().contains("panicked"));
+        let joined = start_shared::<usize>(vec![(2, Box::new(|| Ok(vec![1, 2]))), (9, Box::new(|| Ok(vec![3])))]);
+        assert_eq!(Pending::joined(joined).wait().unwrap(), vec![1, 2, 3], "joined in the order given");
+        // The threads live on.
+        assert_eq!(on_engine_thread(|| 7).unwrap(), 7);
     }
 
     #[test]

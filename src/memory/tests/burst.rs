@@ -84,3 +84,41 @@ fn one_call_alone_is_written_as_memorize_writes_it() {
     assert_eq!(answers[0].as_ref().unwrap().effect, Effect::Applied);
     assert!(memory.memorize_calls(Vec::new()).is_empty());
 }
+
+#[test]
+fn a_batch_shared_by_the_models_gives_each_memory_its_own_vectors() {
+    let memory = Memory::open_with(None, crate::MemoryOptions::default()).expect("the default models (scripts/setup.sh)");
+    let models = memory.indexes().semantic();
+    assert!(models.len() >= 2, "both default models: {}", models.len());
+    let a = caller("api");
+    // Enough text to be cut into pieces for both models (English for both,
+    // Chinese and Japanese for e5 alone), in mixed order.
+    let texts: Vec<String> = (0..18)
+        .map(|i| match i % 3 {
+            0 => format!("Release {i} of the billing service moved its retries to the staging cluster"),
+            1 => format!("第{i}次周会决定把计费服务的重试移到预发布集群"),
+            _ => format!("第{i}回の定例で課金サービスのリトライをステージングに移しました"),
+        })
+        .collect();
+    let outcomes = memory
+        .memorize_many(&a, texts.iter().map(|t| MemorizeRequest::new(t.as_str())).collect())
+        .expect("memorize_many works");
+    for (text, outcome) in texts.iter().zip(&outcomes) {
+        assert_eq!(outcome.effect, Effect::Applied, "{text}");
+        let id = crate::atom::parse_atom_id(outcome.atom_id.as_deref().expect("an id")).expect("an atom id");
+        let language = crate::text::detect_language(text);
+        for model in models {
+            let stored = model.vectors.vector_of(id, "alice");
+            if !model.understands(language) {
+                assert!(stored.is_none(), "{}: no vector of \"{text}\"", model.embedder.id());
+                continue;
+            }
+            let stored = stored.unwrap_or_else(|| panic!("{}: a vector of \"{text}\"", model.embedder.id()));
+            let alone = model.embedder.embed_passages(&[text.as_str()]).expect("embeds").remove(0);
+            let cosine: f32 = stored.iter().zip(&alone).map(|(p, q)| p * q).sum();
+            // The same text's vector; a batch may run other kernels (AMX
+            // tiles) than one text alone, so not bit for bit.
+            assert!(cosine > 0.999, "{}: \"{text}\" has another text's vector ({cosine})", model.embedder.id());
+        }
+    }
+}
