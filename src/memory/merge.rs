@@ -202,8 +202,12 @@ const SELF_WORDS: &[&str] = &["自己", "自分"];
 
 /// Term overlap of two statements (intersection over union).
 pub(super) fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f32 {
-    let union = a.union(b).count();
-    if union == 0 { 0.0 } else { a.intersection(b).count() as f32 / union as f32 }
+    // The smaller set looked up in the larger; the union counted, not
+    // built (every known memory meets every fact: 0.5 ms of a REST add).
+    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let shared = small.iter().filter(|term| large.contains(*term)).count();
+    let union = a.len() + b.len() - shared;
+    if union == 0 { 0.0 } else { shared as f32 / union as f32 }
 }
 
 /// The known memory a statement is most about: most shared topic terms
@@ -459,11 +463,30 @@ fn the_party(known: &Known) -> Option<String> {
 /// Cosines of a text with others under the sentence model (`None` without one).
 type Similarity<'a> = dyn Fn(&str, &[&str]) -> Option<Vec<f32>> + 'a;
 
+/// A fact of one merge as its decisions read it: read once, though it is
+/// decided two or three times (the rehearsal of [`compared_texts`], the
+/// decision, and again after the ADDs it names are written). Reading it
+/// at each was 0.9 ms of a REST add of ten facts (perf).
+struct Fact {
+    /// The fact as given.
+    said: String,
+    clause: Clause,
+    /// The fact as stored ([`stored_text`], no party).
+    text: String,
+}
+
+impl Fact {
+    fn read(fact: &str) -> Fact {
+        let clause = Clause::read(fact);
+        let text = stored_text(&clause, None);
+        Fact { said: fact.to_owned(), clause, text }
+    }
+}
+
 /// Decides what one fact does, against the scope's active memories
 /// (newest first).
-fn plan(fact: &str, known: &[Known], similarity: &Similarity<'_>) -> Plan {
-    let clause = Clause::read(fact);
-    let text = stored_text(&clause, None);
+fn plan(fact: &Fact, known: &[Known], similarity: &Similarity<'_>) -> Plan {
+    let Fact { clause, text, .. } = fact;
     let add = |why: String| Plan { event: MergeEvent::Add, target: None, text: text.clone(), why };
     let none = |k: &Known, why: String| Plan {
         event: MergeEvent::None,
@@ -730,7 +753,7 @@ fn join_units(units: &[String]) -> String {
 /// decision can differ (a paraphrase found is a NONE), so these are the
 /// texts to embed ahead, not the decisions; a text missed here is embedded
 /// when it is asked about.
-fn compared_texts(readings: &Readings, facts: &[String], known: &[Known], dry_run: bool) -> Vec<String> {
+fn compared_texts(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool) -> Vec<String> {
     let asked = std::cell::RefCell::new(Vec::new());
     let ask = |text: &str, others: &[&str]| {
         let mut asked = asked.borrow_mut();
@@ -802,13 +825,14 @@ impl Memory {
     pub fn merge_facts_with(&self, caller: &Caller, facts: &[String], source: &str, dry_run: bool) -> Result<Vec<MergeResult>> {
         let similarity = |text: &str, others: &[&str]| self.similarities(text, others);
         let mut known = self.known(caller)?;
-        self.embed_compared_ahead(facts, &known, dry_run);
+        let facts: Vec<Fact> = facts.iter().map(|fact| Fact::read(fact)).collect();
+        self.embed_compared_ahead(&facts, &known, dry_run);
         if dry_run {
             return Ok(facts
                 .iter()
                 .map(|fact| {
                     let plan = plan(fact, &known, &similarity);
-                    tracing::info!(fact = %fact, event = ?plan.event, why = %plan.why, dry_run, "merge decision");
+                    tracing::info!(fact = %fact.said, event = ?plan.event, why = %plan.why, dry_run, "merge decision");
                     MergeResult {
                         id: plan.target.as_ref().map(|(id, _)| id.clone()),
                         memory: plan.text,
@@ -823,13 +847,13 @@ impl Memory {
         // Each fact's result; an ADD's is filled in when the batch is written.
         let mut results: Vec<Option<MergeResult>> = Vec::with_capacity(facts.len());
         let mut adds: Vec<(usize, Plan)> = Vec::new();
-        for fact in facts {
+        for fact in &facts {
             let mut decided = plan(fact, &known, &similarity);
             if decided.target.as_ref().is_some_and(|(id, _)| id.starts_with(UNWRITTEN)) {
                 self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
                 decided = plan(fact, &known, &similarity);
             }
-            tracing::info!(fact = %fact, event = ?decided.event, why = %decided.why, dry_run, "merge decision");
+            tracing::info!(fact = %fact.said, event = ?decided.event, why = %decided.why, dry_run, "merge decision");
             match decided.event {
                 MergeEvent::Add => {
                     // Newest first, and no more than the store gives.
@@ -895,7 +919,7 @@ impl Memory {
     /// get for its text alone. A failure only means they are embedded when
     /// asked for.
     #[tracing::instrument(skip_all, fields(facts = facts.len()))]
-    fn embed_compared_ahead(&self, facts: &[String], known: &[Known], dry_run: bool) {
+    fn embed_compared_ahead(&self, facts: &[Fact], known: &[Known], dry_run: bool) {
         let Some(model) = self.indexes().semantic().first() else { return };
         let texts = compared_texts(&self.readings, facts, known, dry_run);
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -1010,6 +1034,18 @@ mod tests {
     fn add(memory: &Memory, caller: &Caller, text: &str) -> Vec<MergeResult> {
         let facts = RuleExtractor.extract(&[Message { role: "user".to_owned(), content: text.to_owned() }]).unwrap();
         memory.merge_facts(caller, &facts, "user").unwrap()
+    }
+
+    #[test]
+    fn term_overlap_is_shared_over_all_either_way_round() {
+        let set = |terms: &[&str]| terms.iter().map(|t| (*t).to_owned()).collect::<HashSet<String>>();
+        let (a, b) = (set(&["pottery", "ana", "someday"]), set(&["pottery", "ana", "garage", "bike", "week"]));
+        assert_eq!(jaccard(&a, &b), 2.0 / 6.0);
+        assert_eq!(jaccard(&b, &a), 2.0 / 6.0);
+        assert_eq!(jaccard(&a, &a), 1.0);
+        assert_eq!(jaccard(&a, &set(&[])), 0.0);
+        assert_eq!(jaccard(&set(&[]), &set(&[])), 0.0);
+        assert_eq!(jaccard(&set(&["陶艺", "李伟"]), &set(&["书法"])), 0.0);
     }
 
     #[test]
@@ -1586,7 +1622,8 @@ mod ahead {
         .iter()
         .map(|f| (*f).to_owned())
         .collect();
-        let asked = compared_texts(&readings, &facts, &known, false);
+        let read: Vec<Fact> = facts.iter().map(|f| Fact::read(f)).collect();
+        let asked = compared_texts(&readings, &read, &known, false);
         let stored = ["Plays the piano", "Lives in Portland", "Grows basil on the balcony"];
         // The first fact with every memory naming no number, but Portland
         // (it names Ana, the memory a place the fact lacks); the move
@@ -1603,7 +1640,7 @@ mod ahead {
         );
         assert_eq!(asked, wanted);
         // A dry run decides each fact against the stored memories only.
-        let dry = compared_texts(&readings, &facts, &known, true);
+        let dry = compared_texts(&readings, &read, &known, true);
         let mut wanted = vec![facts[0].clone()];
         wanted.extend(["Plays the piano", "Grows basil on the balcony"].map(str::to_owned));
         wanted.push(facts[3].clone());
