@@ -590,7 +590,7 @@ impl Indexes {
         let wanted = 2 * embed::engine_count() as u64;
         let mut tasks = Vec::new();
         let mut pieces_of = Vec::with_capacity(texts.len());
-        for ((s, (_, owned)), cost) in self.semantic.iter().zip(&texts).zip(&costs) {
+        for (((s, (_, owned)), cost), rate) in self.semantic.iter().zip(&texts).zip(&costs).zip(&rates) {
             if owned.is_empty() {
                 pieces_of.push(0);
                 continue;
@@ -600,7 +600,7 @@ impl Indexes {
             let runs = embed::runs_of(owned.clone(), embed::pieces(owned.len(), bytes, share));
             pieces_of.push(runs.len());
             for (_, run) in runs {
-                let piece_cost = run.iter().map(String::len).sum::<usize>() as u64 * if known { s.passage_nanos_per_byte.load(std::sync::atomic::Ordering::Relaxed) } else { 1 };
+                let piece_cost = run.iter().map(String::len).sum::<usize>() as u64 * if known { *rate } else { 1 };
                 tasks.push((piece_cost, s.passage_task(run)));
             }
         }

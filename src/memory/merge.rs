@@ -503,7 +503,7 @@ fn plan(fact: &Fact, known: &[Known], similarity: &Similarity<'_>) -> Plan {
     let comparable = crate::fact::slot::comparable;
     // 1. Said before in the same words.
     if let Some(k) = {
-        let (text, body) = (comparable(&text), comparable(&clause.body));
+        let (text, body) = (comparable(text), comparable(&clause.body));
         known.iter().find(|k| k.read.comparable == text || k.read.comparable_body == body)
     } {
         return none(k, format!("the same as memory {}", k.id));
@@ -568,7 +568,7 @@ fn plan(fact: &Fact, known: &[Known], similarity: &Similarity<'_>) -> Plan {
             let party = the_party(k);
             return update(
                 k,
-                stored_text(&clause, party.as_deref()),
+                stored_text(clause, party.as_deref()),
                 format!("slot {} had \"{}\" (memory {})", slot.describe(), theirs.value_text, k.id),
             );
         }
@@ -638,7 +638,7 @@ fn plan(fact: &Fact, known: &[Known], similarity: &Similarity<'_>) -> Plan {
         for (k, cosine) in ranked.into_iter().take_while(|(_, cosine)| *cosine >= PARAPHRASE_COSINE) {
             // The same words but for one short span each: the same meaning
             // only if the spans mean the same.
-            if let Some((ours, theirs)) = swapped(&text, &k.content)
+            if let Some((ours, theirs)) = swapped(text, &k.content)
                 && let Some(cosines) = similarity(&ours, &[theirs.as_str()])
                 && cosines.first().is_some_and(|c| *c < SWAP_COSINE)
             {

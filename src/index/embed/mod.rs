@@ -242,6 +242,9 @@ pub(crate) fn start_runs<T: Send + 'static>(
 /// first ([`start_shared`]).
 pub(crate) type Task<T> = Box<dyn FnOnce() -> Result<Vec<T>, EmbedError> + Send>;
 
+/// A [`Task`] with its expected cost, in any unit ([`start_shared`]).
+pub(crate) type Costed<T> = (u64, Task<T>);
+
 /// Starts `tasks` (each with its expected cost, in any unit) on every
 /// engine thread at once: each thread, on its own core with OpenMP held to
 /// one thread, takes the costliest task left whenever it is free, until
@@ -252,7 +255,7 @@ pub(crate) type Task<T> = Box<dyn FnOnce() -> Result<Vec<T>, EmbedError> + Send>
 /// threads, and one of them then ran alone for 5.7 ms of each add's
 /// 38 ms (perf, every sample binned by half millisecond). Returns at once,
 /// one [`Pending`] per task in the order given.
-pub(crate) fn start_shared<T: Send + 'static>(tasks: Vec<(u64, Task<T>)>) -> Vec<Pending<T>> {
+pub(crate) fn start_shared<T: Send + 'static>(tasks: Vec<Costed<T>>) -> Vec<Pending<T>> {
     let Some(engines) = engines() else {
         return tasks.into_iter().map(|(_, task)| Pending(Waiting::Done(task()))).collect();
     };
@@ -662,7 +665,9 @@ pub fn from_env() -> Result<Vec<Arc<dyn Embedder>>, EmbedError> {
 #[cfg(test)]
 mod tests {
     use super::bert::openmp_threads;
-    use super::{EmbedError, Pending, Task, engines, on_engine_thread, split_parts, start_on, start_on_engine_threads, start_shared};
+    use super::{
+        Costed, EmbedError, Pending, Task, engines, on_engine_thread, split_parts, start_on, start_on_engine_threads, start_shared,
+    };
 
     #[test]
     fn the_engine_thread_answers_in_order_and_outlives_a_panic() {
@@ -749,7 +754,7 @@ mod tests {
         // Costs 1..=6 given out of order; each task takes 10 ms times its
         // cost squared, so two threads come free at distinct times.
         let costs = [3u64, 6, 1, 5, 2, 4];
-        let tasks: Vec<(u64, Task<(u64, String, i32)>)> = costs
+        let tasks: Vec<Costed<(u64, String, i32)>> = costs
             .iter()
             .map(|&cost| {
                 let popped = std::sync::Arc::clone(&popped);
@@ -762,8 +767,7 @@ mod tests {
                 (cost, task)
             })
             .collect();
-        let answers: Vec<(u64, String, i32)> =
-            start_shared(tasks).into_iter().map(|pending| pending.wait().unwrap().remove(0)).collect();
+        let answers: Vec<(u64, String, i32)> = start_shared(tasks).into_iter().map(|pending| pending.wait().unwrap().remove(0)).collect();
         // Each task's answer where it was given.
         assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), costs);
         // Taken costliest first (the first of each thread at once).
@@ -784,7 +788,7 @@ mod tests {
                 Ok(Vec::new())
             })
             .unwrap();
-            let tasks: Vec<(u64, Task<(usize, String, i32)>)> =
+            let tasks: Vec<Costed<(usize, String, i32)>> =
                 (0..4).map(|i| (1, Box::new(move || lengths(&["x".repeat(i + 1).as_str()])) as Task<_>)).collect();
             let answers: Vec<_> = start_shared(tasks).into_iter().map(|p| p.wait().unwrap().remove(0)).collect();
             assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
@@ -795,7 +799,7 @@ mod tests {
         // A task that panics or fails answers so; the others still answer,
         // and joined, the first failure is the answer.
         #[allow(clippy::panic)]
-        let tasks: Vec<(u64, Task<usize>)> = vec![
+        let tasks: Vec<Costed<usize>> = vec![
             (1, Box::new(|| Ok(vec![1]))),
             (1, Box::new(|| panic!("engine failure"))),
             (1, Box::new(|| Err(EmbedError::Backend("model refused".into())))),

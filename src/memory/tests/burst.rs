@@ -100,9 +100,7 @@ fn a_batch_shared_by_the_models_gives_each_memory_its_own_vectors() {
             _ => format!("第{i}回の定例で課金サービスのリトライをステージングに移しました"),
         })
         .collect();
-    let outcomes = memory
-        .memorize_many(&a, texts.iter().map(|t| MemorizeRequest::new(t.as_str())).collect())
-        .expect("memorize_many works");
+    let outcomes = memory.memorize_many(&a, texts.iter().map(|t| MemorizeRequest::new(t.as_str())).collect()).expect("memorize_many works");
     for (text, outcome) in texts.iter().zip(&outcomes) {
         assert_eq!(outcome.effect, Effect::Applied, "{text}");
         let id = crate::atom::parse_atom_id(outcome.atom_id.as_deref().expect("an id")).expect("an atom id");
