@@ -1,6 +1,6 @@
 //! Values kept by text for a while, the least recently used half let go
-//! when full: the query vectors of each model (`index`) and the merge's
-//! readings (`memory::merge`). Clearing all of either when full made the
+//! when full: the query vectors of each model (`index`), the merge's
+//! readings (`memory::merge`) and atoms' quads (`store::catalog`). Clearing all of either when full made the
 //! next REST add of a long-lived chat read and embed its scope's memories
 //! again all at once, while recall's repeated queries missed in the same
 //! moment.
@@ -45,6 +45,11 @@ impl<V: Clone> Recent<V> {
         }
         self.clock += 1;
         self.entries.insert(text, (value, self.clock));
+    }
+
+    /// Lets `text`'s value go.
+    pub(crate) fn remove(&mut self, text: &str) {
+        self.entries.remove(text);
     }
 
     #[cfg(test)]

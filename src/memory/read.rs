@@ -321,7 +321,7 @@ impl Memory {
     /// is read once): listing one REST user's memories does not read every
     /// user's.
     fn scan_atoms(&self, tenant: &str, filter: &AtomFilter, visit: &mut dyn FnMut(crate::atom::Atom) -> bool) -> Result<()> {
-        let listing = self.store.atoms_with_scope(tenant)?;
+        let (version, listing) = self.store.listing_at(tenant)?;
         let mut scopes = std::collections::HashMap::new();
         let mut kept = std::collections::HashMap::new();
         for (id, node) in listing.newest_first() {
@@ -338,7 +338,7 @@ impl Memory {
                     continue;
                 }
             }
-            let Some(atom) = super::load_atom_cached(&self.store, tenant, id, true, &mut scopes)? else { continue };
+            let Some(atom) = crate::store::codec::load_atom_kept(&self.store, tenant, id, true, &mut scopes, version)? else { continue };
             if filter.keeps(&atom) && !visit(atom) {
                 break;
             }

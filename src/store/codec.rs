@@ -158,6 +158,22 @@ pub(crate) fn load_atom_cached(
     atom_of_quads(store, tenant, id, &quads, with_entities, scopes)
 }
 
+/// [`load_atom_cached`] through the quads kept between writes
+/// ([`Store::describe_kept`]), `version` the snapshot version the caller
+/// read first.
+pub(crate) fn load_atom_kept(
+    store: &Store,
+    tenant: &str,
+    id: AtomId,
+    with_entities: bool,
+    scopes: &mut HashMap<NamedNode, Scope>,
+    version: u64,
+) -> Result<Option<Atom>> {
+    let iri = super::atom_iri(id);
+    let quads = store.describe_kept(tenant, iri.as_ref(), version)?;
+    atom_of_quads(store, tenant, id, &quads, with_entities, scopes)
+}
+
 /// Reads atoms whose quads were fetched together ([`Store::describe_many`]);
 /// `None` for an id without quads.
 pub(crate) fn load_atoms(store: &Store, tenant: &str, ids: &[AtomId], with_entities: bool) -> Result<HashMap<AtomId, Atom>> {

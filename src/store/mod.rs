@@ -328,16 +328,29 @@ impl Store {
     /// Every atom of `tenant` with its scope node, newest first
     /// ([`catalog::Listing`]): kept between writes, read again (two scans
     /// of the tenant's graph by predicate) when a write it did not see
-    /// committed.
-    pub(crate) fn atoms_with_scope(&self, tenant: &str) -> Result<Arc<catalog::Listing>> {
+    /// committed; and the snapshot version it is of, for reading its
+    /// atoms with [`Store::describe_kept`].
+    pub(crate) fn listing_at(&self, tenant: &str) -> Result<(u64, Arc<catalog::Listing>)> {
         let graph = tenant_graph(tenant);
         let version = self.snapshot_version()?;
         if let Some(listing) = self.catalog.get(&graph, version) {
-            return Ok(listing);
+            return Ok((version, listing));
         }
         let listing = Arc::new(self.read_listing(&graph)?);
         self.catalog.put(graph, version, Arc::clone(&listing));
-        Ok(listing)
+        Ok((version, listing))
+    }
+
+    /// [`Store::describe`] of an atom, kept between writes (the catalog):
+    /// `version` is the snapshot version the caller read before asking.
+    pub(crate) fn describe_kept(&self, tenant: &str, subject: NamedNodeRef<'_>, version: u64) -> Result<Arc<Vec<Quad>>> {
+        let graph = tenant_graph(tenant);
+        if let Some(quads) = self.catalog.described(&graph, subject, version) {
+            return Ok(quads);
+        }
+        let quads = Arc::new(self.describe(tenant, subject)?);
+        self.catalog.keep_described(&graph, subject, version, Arc::clone(&quads));
+        Ok(quads)
     }
 
     /// `tenant`'s listing if one is kept at the current version (tests:

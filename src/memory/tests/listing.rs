@@ -8,7 +8,7 @@ use crate::memory::{AtomFilter, CorrectAction, CorrectRequest, MemorizeRequest};
 use crate::{Caller, Memory, RecallRequest, Scope};
 
 fn listed(memory: &Memory, tenant: &str) -> Vec<(String, Option<String>)> {
-    let kept = memory.store.atoms_with_scope(tenant).expect("listing");
+    let kept = memory.store.listing_at(tenant).expect("listing").1;
     kept.newest_first().map(|(id, scope)| (id.to_string(), scope.map(|s| s.as_str().to_owned()))).collect()
 }
 
@@ -18,11 +18,22 @@ fn read(memory: &Memory, tenant: &str) -> Vec<(String, Option<String>)> {
 }
 
 /// The listings served match the store's; `patched`: the write before
-/// patched the kept ones rather than leaving them to be read again.
+/// patched the kept ones rather than leaving them to be read again. The
+/// atoms scanned (their quads kept between writes too) are the ones read
+/// from the store now, at the first scan and the next.
 fn same(memory: &Memory, step: &str, patched: bool) {
     for tenant in ["alice", "bob"] {
         assert_eq!(memory.store.kept_listing(tenant).is_some(), patched, "{tenant}'s listing kept after {step}");
         assert_eq!(listed(memory, tenant), read(memory, tenant), "{tenant} after {step}");
+        let everyone = Caller::new(Scope::tenant(tenant), "test");
+        for scan in ["first", "second"] {
+            let scanned = memory.newest_matching(&everyone, &AtomFilter::default(), 200).expect("scan");
+            for atom in &scanned {
+                let fresh = crate::store::codec::load_atom(&memory.store, tenant, atom.id).expect("load");
+                assert_eq!(Some(atom), fresh.as_ref(), "{tenant}'s {} at the {scan} scan after {step}", atom.id);
+            }
+            assert_eq!(scanned.len(), read(memory, tenant).len(), "{tenant}: every atom scanned after {step}");
+        }
     }
 }
 
