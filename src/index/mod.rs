@@ -315,11 +315,7 @@ impl Semantic {
             let work = move |refs: &[&str]| {
                 let started = std::time::Instant::now();
                 let vectors = embedder.embed_queries(refs);
-                let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64;
-                // An eighth of each new figure; the first is taken whole.
-                let old = cost.load(std::sync::atomic::Ordering::Relaxed);
-                let new = if old == 0 { micros } else { (old * 7 + micros) / 8 };
-                cost.store(new.max(1), std::sync::atomic::Ordering::Relaxed);
+                average_in(&cost, started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64);
                 vectors
             };
             Some(match placement {
@@ -391,9 +387,7 @@ impl Semantic {
         };
         Ok(Started { atoms: atoms.len(), slots, pending })
     }
-}
 
-impl Semantic {
     /// The texts this model embeds of `atoms` (those in its languages,
     /// with content), and which atom each is.
     fn atom_texts(&self, atoms: &[&Atom]) -> (Vec<usize>, Vec<String>) {
@@ -415,13 +409,19 @@ impl Semantic {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = embedder.embed_passages(&refs);
             let bytes = texts.iter().map(String::len).sum::<usize>().max(1) as u128;
-            let nanos = (started.elapsed().as_nanos() / bytes).clamp(1, u128::from(u32::MAX)) as u64;
-            // An eighth of each new figure; the first is taken whole.
-            let old = rate.load(std::sync::atomic::Ordering::Relaxed);
-            rate.store(if old == 0 { nanos } else { (old * 7 + nanos) / 8 }, std::sync::atomic::Ordering::Relaxed);
+            average_in(&rate, (started.elapsed().as_nanos() / bytes).clamp(1, u128::from(u32::MAX)) as u64);
             vectors
         })
     }
+}
+
+/// Takes `figure` into the moving average kept in `average` (0: none
+/// yet): an eighth of each new figure, the first taken whole; never 0 once
+/// taken.
+fn average_in(average: &std::sync::atomic::AtomicU64, figure: u64) {
+    let old = average.load(std::sync::atomic::Ordering::Relaxed);
+    let new = if old == 0 { figure } else { (old * 7 + figure) / 8 };
+    average.store(new.max(1), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The one vector of a one-text call.
@@ -577,38 +577,31 @@ impl Indexes {
     /// many pieces as engine threads, so the threads take the pieces as
     /// they come free and finish about together.
     fn start_shared(&self, atoms: &[&Atom]) -> Vec<Started> {
-        let texts: Vec<(Vec<usize>, Vec<String>)> = self.semantic.iter().map(|s| s.atom_texts(atoms)).collect();
+        let (slots, texts): (Vec<Vec<usize>>, Vec<Vec<String>>) = self.semantic.iter().map(|s| s.atom_texts(atoms)).unzip();
+        let bytes = |texts: &[String]| texts.iter().map(String::len).sum::<usize>() as u64;
         let rates: Vec<u64> = self.semantic.iter().map(|s| s.passage_nanos_per_byte.load(std::sync::atomic::Ordering::Relaxed)).collect();
         // Until every model has a figure, a byte costs each the same.
         let known = rates.iter().all(|r| *r > 0);
-        let costs: Vec<u64> = texts
-            .iter()
-            .zip(&rates)
-            .map(|((_, t), rate)| t.iter().map(String::len).sum::<usize>() as u64 * if known { *rate } else { 1 })
-            .collect();
+        let rates: Vec<u64> = rates.into_iter().map(|rate| if known { rate } else { 1 }).collect();
+        let costs: Vec<u64> = texts.iter().zip(&rates).map(|(t, rate)| bytes(t) * rate).collect();
         let total = costs.iter().sum::<u64>().max(1);
         let wanted = 2 * embed::engine_count() as u64;
         let mut tasks = Vec::new();
         let mut pieces_of = Vec::with_capacity(texts.len());
-        for (((s, (_, owned)), cost), rate) in self.semantic.iter().zip(&texts).zip(&costs).zip(&rates) {
-            if owned.is_empty() {
-                pieces_of.push(0);
-                continue;
-            }
+        for (((s, owned), cost), rate) in self.semantic.iter().zip(texts).zip(costs).zip(rates) {
             let share = (wanted * cost).div_ceil(total).max(1) as usize;
-            let bytes = owned.iter().map(String::len).sum();
-            let runs = embed::runs_of(owned.clone(), embed::pieces(owned.len(), bytes, share));
+            let parts = embed::pieces(owned.len(), bytes(&owned) as usize, share);
+            let runs = if owned.is_empty() { Vec::new() } else { embed::runs_of(owned, parts) };
             pieces_of.push(runs.len());
             for (_, run) in runs {
-                let piece_cost = run.iter().map(String::len).sum::<usize>() as u64 * if known { *rate } else { 1 };
-                tasks.push((piece_cost, s.passage_task(run)));
+                tasks.push((bytes(&run) * rate, s.passage_task(run)));
             }
         }
         let mut pending = embed::start_shared(tasks).into_iter();
-        texts
+        slots
             .into_iter()
             .zip(pieces_of)
-            .map(|((slots, _), pieces)| Started {
+            .map(|(slots, pieces)| Started {
                 atoms: atoms.len(),
                 slots,
                 pending: (pieces > 0).then(|| embed::Pending::joined(pending.by_ref().take(pieces).collect())),
