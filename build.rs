@@ -79,8 +79,8 @@ fn e5(csrc: &std::path::Path) -> String {
             ("#define MAT(W, B, Y, NOUT, NIN) matmul_q4q8(", "#define MAT(W, B, Y, NOUT, NIN) hmg_matmul("),
             ("#define QUANT(X, NIN) quantize_acts(", "#define QUANT(X, NIN) hmg_acts("),
             (
-                "#pragma omp parallel for schedule(static)\n        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = gelu(mid[i]);",
-                "hmg_gelu(mid, (size_t)T * FF);",
+                "QUANT(x, H); MAT(ly->fiw, ly->fib, mid, FF, H);\n#pragma omp parallel for schedule(static)\n        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = gelu(mid[i]);\n        QUANT(mid, FF);",
+                "QUANT(x, H); hmg_matmul_gelu(ly->fiw, ly->fib, aq, ad, as, mid, T, FF, H);\n       ",
             ),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
             // The tokenizer's 2 MiB piece table, each page written before

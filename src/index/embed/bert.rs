@@ -48,6 +48,8 @@ unsafe extern "C" {
     fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
     fn hmg_bert_batches_on_tiles() -> c_int;
     fn hmg_bert_uniform(on: c_int);
+    #[cfg(test)]
+    fn hmg_bert_unfused(on: c_int);
 }
 
 /// The matmul kernel the engine runs (process-wide). The default is the
@@ -669,6 +671,25 @@ mod tests {
     /// The installed MiniLM's `tokenizer.json` (scripts/setup.sh).
     fn minilm_tokenizer() -> PathBuf {
         default_models_dir().expect("a data directory").join("all-MiniLM-L6-v2").join("tokenizer.json")
+    }
+
+    #[test]
+    fn the_fused_feed_forward_gives_the_unfused_vectors_bit_for_bit() {
+        let model = BertEmbedder::open(&default_models_dir().expect("a data directory").join("all-MiniLM-L6-v2"))
+            .expect("MiniLM's safetensors (scripts/setup.sh)");
+        let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(12);
+        let texts = ["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "", &long];
+        // SAFETY: a getter of the kernel decided from the CPU.
+        eprintln!("MiniLM batches on tiles (the fused path): {}", unsafe { hmg_bert_batches_on_tiles() });
+        let bits = |vectors: Vec<Vec<f32>>| -> Vec<Vec<u32>> { vectors.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect() };
+        let run = || (bits(model.embed_passages(&texts).expect("passages")), bits(model.embed_comparable(&texts[..2]).expect("comparable")));
+        let fused = run();
+        // SAFETY: a flag of this thread's, read by its own forward passes.
+        unsafe { hmg_bert_unfused(1) };
+        let unfused = run();
+        unsafe { hmg_bert_unfused(0) };
+        assert_eq!(fused, unfused, "the fused GELU and bf16 rows changed a vector");
+        assert_eq!(fused, run(), "the second fused run differs from the first");
     }
 
     #[test]

@@ -21,6 +21,8 @@ unsafe extern "C" {
     fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
     fn hmg_e5_set_kernel(kernel: c_int) -> c_int;
     fn hmg_e5_uniform(on: c_int);
+    #[cfg(test)]
+    fn hmg_e5_unfused(on: c_int);
     fn hmg_e5_matrices(model: *const E5Model) -> c_int;
     fn hmg_e5_matrix(
         model: *const E5Model,
@@ -490,5 +492,39 @@ impl E5Embedder {
             return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
         }
         Ok(out.chunks(self.dims).map(<[f32]>::to_vec).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each vector's bits, for comparisons that must be exact.
+    fn bits(vectors: &[Vec<f32>]) -> Vec<Vec<u32>> {
+        vectors.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect()
+    }
+
+    #[test]
+    fn the_fused_feed_forward_gives_the_unfused_vectors_bit_for_bit() {
+        let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
+        let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(12);
+        let texts = ["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "a", &long];
+        // The batches below are long enough for the tiles where the CPU
+        // has them (the fused path); elsewhere both runs are unfused.
+        eprintln!("e5 kernel: {:?}", set_kernel(Kernel::Amx));
+        let run = || {
+            (
+                bits(&model.embed_passages(&texts).expect("passages")),
+                bits(&model.embed_queries(&texts).expect("queries")),
+                bits(&model.embed_comparable(&texts[..2]).expect("comparable")),
+            )
+        };
+        let fused = run();
+        // SAFETY: a flag of this thread's, read by its own forward passes.
+        unsafe { hmg_e5_unfused(1) };
+        let unfused = run();
+        unsafe { hmg_e5_unfused(0) };
+        assert_eq!(fused, unfused, "the fused GELU and bf16 rows changed a vector");
+        assert_eq!(fused, run(), "the second fused run differs from the first");
     }
 }
