@@ -230,7 +230,11 @@ __attribute__((target("avx512f"))) static inline __m512 hmg_erf512(__m512 x) {
     q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-1.68282697438203e-03f));
     q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-7.37332916720468e-03f));
     q = _mm512_fmadd_ps(x2, q, _mm512_set1_ps(-1.42647390514189e-02f));
-    return _mm512_div_ps(p, q);
+    /* p / q as p times q's reciprocal (14 bits, one Newton step: within
+     * an ulp or two): the division's 16-cycle issue was most of a GELU. */
+    __m512 r = _mm512_rcp14_ps(q);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(q, r, _mm512_set1_ps(2.f)));
+    return _mm512_mul_ps(p, r);
 }
 
 __attribute__((target("avx512f"))) static void hmg_gelu512(float *x, size_t n) {
@@ -767,6 +771,43 @@ static HMG_UNUSED void hmg_matmul_gelu_packed(const hmg_packed_t *p, const float
  * computed each score as a 32-term dot product with a horizontal sum and
  * was half of a dialogue's time under perf. */
 
+/* exp(x) for x <= 0 (scores minus their maximum), sixteen lanes: 2^n
+ * times a degree-6 polynomial of the remainder (Cephes' expf), within 2
+ * ulp of expf; under -87.3 it is 0, as expf's denormals are for a softmax. */
+HMG_TARGET static inline __m512 hmg_exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* A row of L scores (padded to Lp, a multiple of 16) as its softmax's
+ * numerators, the padding zero; returns their sum. Sixteen lanes at a
+ * time: the scalar expf loop was a quarter of a short text's attention. */
+HMG_TARGET static float hmg_softmax512(float *row, int Lp, int L) {
+    __m512 mx = _mm512_set1_ps(-1e30f);
+    for (int sb = 0; sb < Lp; sb += 16) {
+        __mmask16 live = L - sb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - sb)) - 1u);
+        mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(row + sb));
+    }
+    __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), sum = _mm512_setzero_ps();
+    for (int sb = 0; sb < Lp; sb += 16) {
+        __mmask16 live = L - sb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - sb)) - 1u);
+        __m512 e = _mm512_maskz_mov_ps(live, hmg_exp512(_mm512_sub_ps(_mm512_loadu_ps(row + sb), m)));
+        _mm512_storeu_ps(row + sb, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
 /* One head of one text on AVX512 (head size 32). kt: [32][Lp] keys. */
 HMG_TARGET static void hmg_head512(const float *kt, int Lp, int L, float *prob, const float *q, const float *v,
                                    float *ctx, int s0, int t0, int t1, int H, int h, float scale) {
@@ -776,7 +817,6 @@ HMG_TARGET static void hmg_head512(const float *kt, int Lp, int L, float *prob, 
         for (int e = 0; e < 32; e++) qs[e] = qh[e] * scale;
         /* Four blocks of 16 keys at a time: four independent FMA chains
          * (one chain of 32 dependent FMAs per block was latency-bound). */
-        __m512 mx = _mm512_set1_ps(-1e30f);
         int sb = 0;
         for (; sb + 64 <= Lp; sb += 64) {
             __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
@@ -798,12 +838,7 @@ HMG_TARGET static void hmg_head512(const float *kt, int Lp, int L, float *prob, 
             for (int e = 0; e < 32; e++) acc = _mm512_fmadd_ps(_mm512_set1_ps(qs[e]), _mm512_loadu_ps(kt + (size_t)e * Lp + sb), acc);
             _mm512_storeu_ps(prob + sb, acc);
         }
-        for (sb = 0; sb < Lp; sb += 16) {
-            __mmask16 live = L - sb >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - sb)) - 1u);
-            mx = _mm512_mask_max_ps(mx, live, mx, _mm512_loadu_ps(prob + sb));
-        }
-        float m = _mm512_reduce_max_ps(mx), sum = 0.f;
-        for (int s = 0; s < L; s++) { prob[s] = expf(prob[s] - m); sum += prob[s]; }
+        float sum = hmg_softmax512(prob, Lp, L);
         /* Four keys at a time: eight accumulators. */
         __m512 a[8];
         for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
@@ -868,10 +903,7 @@ HMG_TARGET static void hmg_head512x4(const float *kt, int Lp, int L, float *prob
     }
     float inv[4];
     for (int r = 0; r < 4; r++) {
-        float *pr = prob + (size_t)r * Lp, m = -1e30f, sum = 0.f;
-        for (int s = 0; s < L; s++) m = pr[s] > m ? pr[s] : m;
-        for (int s = 0; s < L; s++) { pr[s] = expf(pr[s] - m); sum += pr[s]; }
-        inv[r] = 1.f / sum;
+        inv[r] = 1.f / hmg_softmax512(prob + (size_t)r * Lp, Lp, L);
     }
     __m512 a[4][2];
     for (int r = 0; r < 4; r++) { a[r][0] = _mm512_setzero_ps(); a[r][1] = _mm512_setzero_ps(); }
