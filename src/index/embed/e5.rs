@@ -23,6 +23,8 @@ unsafe extern "C" {
     fn hmg_e5_uniform(on: c_int);
     #[cfg(test)]
     fn hmg_e5_unfused(on: c_int);
+    #[cfg(test)]
+    fn hmg_e5_tok_plain(on: c_int);
     fn hmg_e5_matrices(model: *const E5Model) -> c_int;
     fn hmg_e5_matrix(
         model: *const E5Model,
@@ -526,5 +528,33 @@ mod tests {
         unsafe { hmg_e5_unfused(0) };
         assert_eq!(fused, unfused, "the fused GELU and bf16 rows changed a vector");
         assert_eq!(fused, run(), "the second fused run differs from the first");
+    }
+
+    #[test]
+    fn the_tokenizers_prefix_filter_chooses_the_same_pieces() {
+        let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
+        let long_word = "x".repeat(150);
+        let texts = [
+            "Where does Caroline work now? She moved to Lisbon.",
+            "老李上周把 Redis 迁移到了第三个集群，下周再说",
+            "田中さんは毎朝コーヒーを飲みます。カタカナとひらがな",
+            "Café naïve résumé — ÀÉÎÕÜ façade, Straße",
+            "emoji 🎉🙂 and symbols ©®™ ½ and\ttabs  double  spaces",
+            "antidisestablishmentarianism supercalifragilisticexpialidocious",
+            "don't stop-believing: https://example.com/a?b=c#d 3.14159 1,000,000",
+            &long_word,
+            "a",
+            "",
+        ];
+        // A batch builds the filter (once per model) before it tokenizes.
+        let filtered = bits(&model.embed_passages(&texts).expect("passages"));
+        let alone: Vec<Vec<f32>> = texts.iter().map(|t| model.embed_query(t).expect("query")).collect();
+        // SAFETY: a flag of this thread's, read by its own tokenizer calls.
+        unsafe { hmg_e5_tok_plain(1) };
+        let plain = bits(&model.embed_passages(&texts).expect("passages"));
+        let plain_alone: Vec<Vec<f32>> = texts.iter().map(|t| model.embed_query(t).expect("query")).collect();
+        unsafe { hmg_e5_tok_plain(0) };
+        assert_eq!(filtered, plain, "the prefix filter changed a passage's tokens");
+        assert_eq!(bits(&alone), bits(&plain_alone), "the prefix filter changed a query's tokens");
     }
 }
