@@ -81,7 +81,22 @@ fn e5(csrc: &std::path::Path) -> String {
             ("#define QUANT(X, NIN) quantize_acts(", "#define QUANT(X, NIN) hmg_acts("),
             (
                 "QUANT(x, H); MAT(ly->fiw, ly->fib, mid, FF, H);\n#pragma omp parallel for schedule(static)\n        for (size_t i = 0; i < (size_t)T * FF; i++) mid[i] = gelu(mid[i]);\n        QUANT(mid, FF);",
-                "QUANT(x, H); hmg_matmul_gelu(ly->fiw, ly->fib, aq, ad, as, mid, T, FF, H);\n       ",
+                "hmg_matmul_gelu(ly->fiw, ly->fib, aq, ad, as, mid, T, FF, H);\n       ",
+            ),
+            // Each layer norm prepares the next matmul's input as it
+            // normalizes (hmg_layernorm_acts), so the QUANTs of x go.
+            (
+                "    add_layernorm(x, NULL, m->eln_w, m->eln_b, T, H, m->eps);\n",
+                "    hmg_layernorm_acts(x, NULL, m->eln_w, m->eln_b, T, H, m->eps, aq, ad, as);\n",
+            ),
+            ("        QUANT(x, H);                       /* Q/K/V share the same input */\n", "        /* Q/K/V's input: x, prepared by the layer norm before */\n"),
+            (
+                "add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);",
+                "hmg_layernorm_acts(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps, aq, ad, as);",
+            ),
+            (
+                "add_layernorm(x, fo, ly->oln_w, ly->oln_b, T, H, m->eps);",
+                "hmg_layernorm_acts(x, fo, ly->oln_w, ly->oln_b, T, H, m->eps, aq, ad, as);",
             ),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
             // The tokenizer's 2 MiB piece table, each page written before

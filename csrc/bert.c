@@ -159,23 +159,6 @@ int hmg_bert_matrix(hmg_bert *m, int i, int *nout, int *nin, int *zero, const ui
 int hmg_bert_dim(const hmg_bert *m) { return m->H; }
 int hmg_bert_max_tokens(const hmg_bert *m) { return m->maxpos; }
 
-/* x[L][H] = LayerNorm(x + y) (y may be NULL). */
-static void add_layernorm(float *x, const float *y, const float *w, const float *b, int L, int H, float eps) {
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-    for (int t = 0; t < L; t++) {
-        float *r = x + (size_t)t * H;
-        const float *yy = y ? y + (size_t)t * H : NULL;
-        float mean = 0.f;
-        for (int i = 0; i < H; i++) { if (yy) r[i] += yy[i]; mean += r[i]; }
-        mean /= H;
-        float var = 0.f;
-        for (int i = 0; i < H; i++) { float d = r[i] - mean; var += d * d; }
-        var /= H;
-        float inv = 1.f / sqrtf(var + eps);
-        for (int i = 0; i < H; i++) r[i] = (r[i] - mean) * inv * w[i] + b[i];
-    }
-}
-
 /* Embeds n texts given as token ids (with [CLS] and [SEP], each text at most
  * hmg_bert_max_tokens long and at least 1 token): ids holds the texts one
  * after the other, lens[i] the length of text i. Writes n * H floats, each
@@ -220,23 +203,22 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
         float *r = x + (size_t)t * H;
         for (int i = 0; i < H; i++) r[i] = w[i] + p[i] + m->type[i];
     }
-    add_layernorm(x, NULL, m->eln_w, m->eln_b, T, H, m->eps);
+    hmg_layernorm_acts(x, NULL, m->eln_w, m->eln_b, T, H, m->eps, aq, ad, as);
 
     float scale = 1.f / sqrtf((float)hd);
     for (int l = 0; l < m->NL; l++) {
         hmg_bert_layer *ly = &m->layers[l];
-        hmg_acts(x, T, H, aq, ad, as);
+        /* Q/K/V's input: x, prepared by the layer norm before */
         hmg_matmul_packed(ly->q, ly->qb, aq, ad, as, q, T);
         hmg_matmul_packed(ly->k, ly->kb, aq, ad, as, k, T);
         hmg_matmul_packed(ly->v, ly->vb, aq, ad, as, v, T);
         hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, maxlen);
         hmg_acts(ctx, T, H, aq, ad, as);
         hmg_matmul_packed(ly->ao, ly->aob, aq, ad, as, ao, T);
-        add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);
-        hmg_acts(x, T, H, aq, ad, as);
+        hmg_layernorm_acts(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps, aq, ad, as);
         hmg_matmul_gelu_packed(ly->fi, ly->fib, aq, ad, as, mid, T);
         hmg_matmul_packed(ly->fo, ly->fob, aq, ad, as, ao, T);
-        add_layernorm(x, ao, ly->oln_w, ly->oln_b, T, H, m->eps);
+        hmg_layernorm_acts(x, ao, ly->oln_w, ly->oln_b, T, H, m->eps, aq, ad, as);
     }
 
 #pragma omp parallel for schedule(static)

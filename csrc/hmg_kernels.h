@@ -493,6 +493,83 @@ static HMG_UNUSED void hmg_acts(const float *X, int L, int nin, int8_t *q, float
     hmg_quantize(X, L, nin, q, d, s);
 }
 
+/* One row of a layer norm: r = LayerNorm(r + y) (y may be NULL), H a
+ * multiple of 32, sixteen lanes at a time (the row stays in L1 between
+ * its passes); with xb, also its bf16 row there, made as each pair of
+ * vectors is written. */
+#define HMG_LAYERNORM_ROW(r, y, w, b, H, eps, BF16)                                                    \
+    do {                                                                                               \
+        __m512 sum = _mm512_setzero_ps(), var = _mm512_setzero_ps();                                   \
+        for (int i = 0; i < (H); i += 16) {                                                            \
+            __m512 v = _mm512_loadu_ps((r) + i);                                                        \
+            if (y) { v = _mm512_add_ps(v, _mm512_loadu_ps((y) + i)); _mm512_storeu_ps((r) + i, v); }    \
+            sum = _mm512_add_ps(sum, v);                                                               \
+        }                                                                                              \
+        __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(sum) / (float)(H));                          \
+        for (int i = 0; i < (H); i += 16) {                                                            \
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps((r) + i), mean);                                   \
+            var = _mm512_fmadd_ps(d, d, var);                                                          \
+        }                                                                                              \
+        __m512 inv = _mm512_set1_ps(1.f / sqrtf(_mm512_reduce_add_ps(var) / (float)(H) + (eps)));      \
+        for (int i = 0; i < (H); i += 32) {                                                            \
+            __m512 o0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps((r) + i), mean), inv), \
+                                        _mm512_loadu_ps((w) + i), _mm512_loadu_ps((b) + i));           \
+            __m512 o1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps((r) + i + 16), mean), inv), \
+                                        _mm512_loadu_ps((w) + i + 16), _mm512_loadu_ps((b) + i + 16)); \
+            _mm512_storeu_ps((r) + i, o0);                                                             \
+            _mm512_storeu_ps((r) + i + 16, o1);                                                        \
+            BF16                                                                                       \
+        }                                                                                              \
+    } while (0)
+
+HMG_AMX_TARGET static void hmg_layernorm_row512(float *r, const float *y, const float *w, const float *b, int H, float eps,
+                                                uint16_t *xb) {
+    HMG_LAYERNORM_ROW(r, y, w, b, H, eps, _mm512_storeu_si512((void *)(xb + i), (__m512i)_mm512_cvtne2ps_pbh(o1, o0)););
+}
+
+/* AVX512 without BF16 (no tiles): the same row, no bf16 output. */
+HMG_TARGET static void hmg_layernorm_row512f(float *r, const float *y, const float *w, const float *b, int H, float eps) {
+    HMG_LAYERNORM_ROW(r, y, w, b, H, eps, );
+}
+
+/* x[L][H] = LayerNorm(x + y) (y may be NULL), then x prepared as the next
+ * matmul's input, as hmg_acts(x, L, H, aq, ad, as) would. With AVX512 a
+ * row is normalized in registers, and on AMX its bf16 row is made then,
+ * while it is in registers: the layer norms' three passes and the bf16
+ * pass over x were 9% of a bulk ingest's CPU. */
+static HMG_UNUSED void hmg_layernorm_acts(float *x, const float *y, const float *w, const float *b, int L, int H, float eps,
+                                          int8_t *aq, float *ad, int32_t *as) {
+    hmg_bf_acts_t *a = &hmg_bf_acts;
+    int wide = hmg_kernel_now() == 1 && H % 32 == 0;
+    int tiles = wide && __atomic_load_n(&hmg_amx, __ATOMIC_RELAXED) && L >= (hmg_uniform ? 1 : HMG_AMX_MIN_TOKENS);
+    int Lp = (L + 31) / 32 * 32;
+    uint16_t *xb = tiles && hmg_room(&a->xb, &a->cap, (size_t)Lp * H * sizeof(uint16_t)) ? a->xb : NULL;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int t = 0; t < Lp; t++) {
+        float *r = x + (size_t)t * H;
+        const float *yy = y ? y + (size_t)t * H : NULL;
+        if (t >= L) {
+            if (xb) memset(xb + (size_t)t * H, 0, (size_t)H * sizeof(uint16_t));
+            continue;
+        }
+        if (xb) { hmg_layernorm_row512(r, yy, w, b, H, eps, xb + (size_t)t * H); continue; }
+        if (wide) { hmg_layernorm_row512f(r, yy, w, b, H, eps); continue; }
+        float mean = 0.f;
+        for (int i = 0; i < H; i++) { if (yy) r[i] += yy[i]; mean += r[i]; }
+        mean /= H;
+        float var = 0.f;
+        for (int i = 0; i < H; i++) { float d = r[i] - mean; var += d * d; }
+        var /= H;
+        float inv = 1.f / sqrtf(var + eps);
+        for (int i = 0; i < H; i++) r[i] = (r[i] - mean) * inv * w[i] + b[i];
+    }
+    if (xb) {
+        a->aq = aq; a->ad = ad; a->as = as; a->L = L; a->nin = H; a->q8 = 0;
+        return;
+    }
+    hmg_acts(x, L, H, aq, ad, as);
+}
+
 /* The bf16 rows for (aq, L, nin) if hmg_acts made them, else NULL. */
 static const uint16_t *hmg_bf_acts_for(const int8_t *aq, int L, int nin) {
     const hmg_bf_acts_t *a = &hmg_bf_acts;
