@@ -89,7 +89,10 @@ fn e5(csrc: &std::path::Path) -> String {
                 "    add_layernorm(x, NULL, m->eln_w, m->eln_b, T, H, m->eps);\n",
                 "    hmg_layernorm_acts(x, NULL, m->eln_w, m->eln_b, T, H, m->eps, aq, ad, as);\n",
             ),
-            ("        QUANT(x, H);                       /* Q/K/V share the same input */\n", "        /* Q/K/V's input: x, prepared by the layer norm before */\n"),
+            (
+                "        QUANT(x, H);                       /* Q/K/V share the same input */\n",
+                "        /* Q/K/V's input: x, prepared by the layer norm before */\n",
+            ),
             (
                 "add_layernorm(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps);",
                 "hmg_layernorm_acts(x, ao, ly->aln_w, ly->aln_b, T, H, m->eps, aq, ad, as);",

@@ -682,7 +682,8 @@ mod tests {
         // SAFETY: a getter of the kernel decided from the CPU.
         eprintln!("MiniLM batches on tiles (the fused path): {}", unsafe { hmg_bert_batches_on_tiles() });
         let bits = |vectors: Vec<Vec<f32>>| -> Vec<Vec<u32>> { vectors.iter().map(|v| v.iter().map(|x| x.to_bits()).collect()).collect() };
-        let run = || (bits(model.embed_passages(&texts).expect("passages")), bits(model.embed_comparable(&texts[..2]).expect("comparable")));
+        let run =
+            || (bits(model.embed_passages(&texts).expect("passages")), bits(model.embed_comparable(&texts[..2]).expect("comparable")));
         let fused = run();
         // SAFETY: a flag of this thread's, read by its own forward passes.
         unsafe { hmg_bert_unfused(1) };

@@ -510,7 +510,8 @@ mod tests {
     fn the_fused_feed_forward_gives_the_unfused_vectors_bit_for_bit() {
         let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
         let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(12);
-        let texts = ["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "a", &long];
+        let texts =
+            ["Where does Caroline work now?", "老李上周把 Redis 迁移到了第三个集群", "田中さんは毎朝コーヒーを飲みます", "a", &long];
         // The batches below are long enough for the tiles where the CPU
         // has them (the fused path); elsewhere both runs are unfused.
         eprintln!("e5 kernel: {:?}", set_kernel(Kernel::Amx));
