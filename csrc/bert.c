@@ -53,8 +53,9 @@ int hmg_bert_batches_on_tiles(void) { return hmg_kernel_now() == 1 && __atomic_l
  * batch it is in (hmg_uniform); 0: the usual choice. */
 void hmg_bert_uniform(int on) { hmg_uniform = on != 0; }
 
-/* on = 1: this thread's feed-forward matmuls run unfused (hmg_unfused;
- * for the tests that compare both). */
+/* on = 1: this thread's passes take the plain schedules (hmg_unfused:
+ * feed-forward unfused, keys transposed element by element; for the
+ * tests that compare both). */
 void hmg_bert_unfused(int on) { hmg_unfused = on != 0; }
 
 /* W[nout][nin] float32 -> packed 8-bit, per (output, 32-input block):

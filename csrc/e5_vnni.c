@@ -41,8 +41,9 @@ int hmg_e5_set_kernel(int kernel) {
  * batch it is in (hmg_uniform); 0: the usual choice. */
 void hmg_e5_uniform(int on) { hmg_uniform = on != 0; }
 
-/* on = 1: this thread's feed-forward matmuls run unfused (hmg_unfused;
- * for the tests that compare both). */
+/* on = 1: this thread's passes take the plain schedules (hmg_unfused:
+ * feed-forward unfused, keys transposed element by element; for the
+ * tests that compare both). */
 void hmg_e5_unfused(int on) { hmg_unfused = on != 0; }
 
 static const hmg_packed_t *hmg_pack(const block_q4_0 *W, int nout, int nin) {
