@@ -132,9 +132,12 @@ fn e5(csrc: &std::path::Path) -> String {
                 "        int bi = cs[i];\n        /* try every piece length in chars while byte span fits */\n        for (int e = i + 1; e <= n; e++) {\n            int len = cs[e] - bi;\n            if (len > t->max_piece_bytes) break;\n            int idx = tok_lookup(t, buf + bi, len);\n",
                 "        int bi = cs[i];\n        const uint64_t *pre = hmg_tok_plain ? NULL : __atomic_load_n(&t->hmg_prefix, __ATOMIC_ACQUIRE);\n        uint64_t h = HMG_FNV_START;\n        int hashed = bi;\n        for (int e = i + 1; e <= n; e++) {\n            int len = cs[e] - bi;\n            if (len > t->max_piece_bytes) break;\n            for (; hashed < cs[e]; hashed++) { h ^= (uint8_t)buf[hashed]; h *= HMG_FNV_PRIME; }\n            if (pre && !hmg_prefix_bit(pre, t->hmg_prefix_mask, h)) break;\n            int idx = hmg_tok_find(t, buf + bi, len, h);\n",
             ),
+            // A batch's texts may carry their own prefixes (is_query 2:
+            // queries and passages in one forward pass, HMG_E5_OWN_PREFIXES
+            // in src/index/embed/e5.rs).
             (
-                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n",
-                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n    if (n > 1) hmg_tok_prefixes(&m->tok);\n",
+                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n    const char *pfx = is_query ? \"query: \" : \"passage: \";\n",
+                "static int embed_n(e5_model *m, const char **texts, int n, int is_query, float *out) {\n    if (n > 1) hmg_tok_prefixes(&m->tok);\n    const char *pfx = is_query == 2 ? \"\" : is_query ? \"query: \" : \"passage: \";\n",
             ),
         ],
     );

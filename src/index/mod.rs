@@ -79,11 +79,51 @@ pub(crate) fn repo_key(scope: &crate::scope::Scope) -> String {
 /// The text an atom is embedded with: its attribution (a speaker, a custom
 /// source) and its content.
 pub(crate) fn attributed_text(atom: &Atom) -> Option<String> {
-    let content = atom.content.as_deref()?;
-    Some(match atom.source.as_str() {
+    Some(attributed(&atom.source, atom.content.as_deref()?))
+}
+
+/// [`attributed_text`] of an atom of `source` and `content`.
+fn attributed(source: &str, content: &str) -> String {
+    match source {
         "user" | "agent" | "" => content.to_owned(),
         source => format!("{source}: {content}"),
-    })
+    }
+}
+
+/// A passage embedded before its atom is written
+/// ([`Indexes::embed_ahead`]): the text and language the atom will have.
+pub(crate) struct AheadPassage {
+    text: String,
+    language: &'static str,
+}
+
+impl AheadPassage {
+    /// The passage of an atom to be of `source` (as stored) and `content`
+    /// (as admitted: trimmed and redacted).
+    pub(crate) fn new(source: &str, content: &str) -> AheadPassage {
+        AheadPassage { text: attributed(source, content), language: crate::text::detect_language(content) }
+    }
+}
+
+/// One model's passages started ahead of their atoms
+/// ([`Indexes::embed_ahead`]), until a write claims them.
+struct Ahead {
+    texts: Vec<String>,
+    pending: embed::Pending<Vec<f32>>,
+}
+
+/// Batches of passages each model keeps ahead, unclaimed; beyond them the
+/// oldest is dropped (its texts were not written as started: a merge
+/// decided otherwise, or the write failed).
+pub(crate) const AHEAD_BATCHES: usize = 4;
+
+/// The vectors a write takes from batches started ahead: the batches,
+/// which atom (by its place in the write) has which text, and the model,
+/// to embed them after all if their batch failed.
+struct Claimed {
+    aheads: Vec<Ahead>,
+    slots: Vec<(usize, String)>,
+    embedder: Arc<dyn Embedder>,
 }
 
 fn keyword_text(atom: &Atom) -> Option<String> {
@@ -120,6 +160,11 @@ pub struct Semantic {
     /// Texts [`Semantic::comparable`] found neither cached nor embedded
     /// ahead, and embedded when asked.
     asked_uncached: std::sync::atomic::AtomicU64,
+    /// Passages started ahead of their atoms, oldest first
+    /// ([`Indexes::embed_ahead`]; at most [`AHEAD_BATCHES`]).
+    ahead: Mutex<std::collections::VecDeque<Ahead>>,
+    /// How many atoms' vectors came from batches started ahead.
+    claimed: std::sync::atomic::AtomicU64,
 }
 
 /// How many engine threads the models embed on (one per core; recall
@@ -199,6 +244,8 @@ impl Semantic {
             passage_nanos_per_byte: Arc::default(),
             compare_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
+            ahead: Mutex::new(std::collections::VecDeque::new()),
+            claimed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -230,7 +277,7 @@ impl Semantic {
     /// This model's vector of `text` for comparing it with other texts
     /// ([`Embedder::embed_comparable`]: the same whichever texts it was
     /// embedded with), from the cache when it was compared lately or
-    /// embedded ahead ([`Semantic::comparable_ahead`]).
+    /// embedded ahead ([`Indexes::embed_ahead`]).
     pub(crate) fn comparable(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         if let Some(vector) = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(text) {
             return Ok(vector);
@@ -244,51 +291,108 @@ impl Semantic {
     }
 
     /// Puts this model's comparable vector ([`Semantic::comparable`]) of
-    /// each of `texts` into the cache, for callers that know ahead what
-    /// they will compare (the merge). Texts already cached are not
-    /// embedded again; the others go in contiguous runs of about equal
-    /// bytes, one per engine thread, which the threads take as they come
-    /// free ([`embed::start_shared`]), one core each. Each short text
-    /// alone, dealt out to the threads, was 30% of a REST add's CPU (perf:
-    /// 2.9 ms per text, the integer kernels' one-row tiles); a batch runs
-    /// on the AMX tiles where the CPU has them, and gives every text the
-    /// vector it gets alone. A batch the model refuses is embedded again
-    /// text by text, so one refused text costs no other.
+    /// each of `texts` into the cache, as [`Indexes::embed_ahead`] does
+    /// without passages (the tests' handle on it).
+    #[cfg(test)]
     pub(crate) fn comparable_ahead(&self, texts: &[&str]) -> Result<(), EmbedError> {
-        let missing: Vec<String> = {
-            let cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut asked = std::collections::HashSet::new();
-            texts.iter().filter(|t| !cache.contains(t) && asked.insert(**t)).map(|t| (*t).to_owned()).collect()
-        };
+        let missing = self.missing_comparable(texts);
         if missing.is_empty() {
             return Ok(());
         }
-        tracing::debug!(asked = texts.len(), missing = missing.len(), "embedding the compared texts ahead");
-        let tasks = embed::runs_of(missing.clone(), embed::engine_count().min(missing.len()))
-            .into_iter()
-            .map(|(_, run)| {
-                let embedder = Arc::clone(&self.embedder);
-                let cost = run.iter().map(String::len).sum::<usize>() as u64;
-                let task: embed::Task<Result<Vec<f32>, EmbedError>> = Box::new(move || {
-                    let refs: Vec<&str> = run.iter().map(String::as_str).collect();
-                    Ok(match embedder.embed_comparable(&refs) {
-                        Ok(vectors) if vectors.len() == refs.len() => vectors.into_iter().map(Ok).collect(),
-                        _ => refs.iter().map(|text| embedder.embed_comparable(&[text]).and_then(one_vector)).collect(),
-                    })
-                });
-                (cost, task)
-            })
-            .collect();
-        let answers = embed::Pending::joined(embed::start_shared(tasks)).wait()?;
+        let answers = self.start_mixed(missing.clone(), Vec::new()).wait()?;
+        self.keep_comparable(missing, answers)
+    }
+
+    /// How many atoms' vectors came from batches started ahead, and how
+    /// many batches wait to be claimed.
+    #[cfg(test)]
+    pub(crate) fn ahead_counts(&self) -> (u64, usize) {
+        let waiting = self.ahead.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        (self.claimed.load(std::sync::atomic::Ordering::Relaxed), waiting)
+    }
+
+    /// The texts of `texts` without a comparable vector in the cache, once each.
+    fn missing_comparable(&self, texts: &[&str]) -> Vec<String> {
+        let cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut asked = std::collections::HashSet::new();
+        texts.iter().filter(|t| !cache.contains(t) && asked.insert(**t)).map(|t| (*t).to_owned()).collect()
+    }
+
+    /// Keeps the comparable vectors of `texts` in the cache; the first
+    /// failure is returned (the others are kept).
+    fn keep_comparable(&self, texts: Vec<String>, answers: Vec<Result<Vec<f32>, EmbedError>>) -> Result<(), EmbedError> {
         let mut failed = None;
         let mut cache = self.compare_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (text, vector) in missing.into_iter().zip(answers) {
+        for (text, vector) in texts.into_iter().zip(answers) {
             match vector {
                 Ok(vector) => cache.insert(text, vector),
                 Err(error) => failed = failed.or(Some(error)),
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// This model's passages of `passages` (those in its languages), once each.
+    fn ahead_texts(&self, passages: &[AheadPassage]) -> Vec<String> {
+        let mut texts: Vec<String> = Vec::new();
+        for passage in passages.iter().filter(|p| self.understands(p.language)) {
+            if !texts.contains(&passage.text) {
+                texts.push(passage.text.clone());
+            }
+        }
+        texts
+    }
+
+    /// Keeps `texts` started ahead with their vectors on the way, for the
+    /// write that makes them ([`Semantic::claim_ahead`]).
+    fn keep_ahead(&self, texts: Vec<String>, pending: embed::Pending<Vec<f32>>) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ahead.len() >= AHEAD_BATCHES {
+            ahead.pop_front();
+        }
+        ahead.push_back(Ahead { texts, pending });
+    }
+
+    /// Starts `compared` (comparable vectors, [`Semantic::comparable`])
+    /// and `passages` in one call per engine thread: the texts, compared
+    /// first, cut into contiguous runs of about equal bytes, which the
+    /// threads take as they come free ([`embed::start_shared`]), one core
+    /// each. Each short compared text alone, dealt out to the threads, was
+    /// 30% of a REST add's CPU (perf: 2.9 ms per text, the integer kernels'
+    /// one-row tiles); a batch runs on the AMX tiles where the CPU has
+    /// them, and gives every compared text the vector it gets alone. The
+    /// answers, in the order compared then passages, one per text: a run
+    /// the model refuses is embedded again text by text for its compared
+    /// texts, so one refused text costs no other, and its passages fail
+    /// (the write embeds them).
+    fn start_mixed(&self, compared: Vec<String>, passages: Vec<String>) -> embed::Pending<Result<Vec<f32>, EmbedError>> {
+        let split = compared.len();
+        let all: Vec<String> = compared.into_iter().chain(passages).collect();
+        let parts = embed::engine_count().min(all.len()).max(1);
+        let mut at = 0;
+        let tasks = embed::runs_of(all, parts)
+            .into_iter()
+            .map(|(_, run)| {
+                let compared = split.saturating_sub(at).min(run.len());
+                at += run.len();
+                let embedder = Arc::clone(&self.embedder);
+                let cost = run.iter().map(String::len).sum::<usize>() as u64;
+                let task: embed::Task<Result<Vec<f32>, EmbedError>> = Box::new(move || {
+                    let refs: Vec<&str> = run.iter().map(String::as_str).collect();
+                    let (asked, written) = refs.split_at(compared);
+                    Ok(match embedder.embed_comparable_and_passages(asked, written) {
+                        Ok((c, p)) if c.len() == asked.len() && p.len() == written.len() => c.into_iter().chain(p).map(Ok).collect(),
+                        _ => asked
+                            .iter()
+                            .map(|text| embedder.embed_comparable(&[text]).and_then(one_vector))
+                            .chain(written.iter().map(|_| Err(EmbedError::Backend("a batch embedded ahead failed".into()))))
+                            .collect(),
+                    })
+                });
+                (cost, task)
+            })
+            .collect();
+        embed::Pending::joined(embed::start_shared(tasks))
     }
 
     /// This model's vectors for several queries (a dialogue's parts): the
@@ -379,13 +483,50 @@ impl Semantic {
     /// model time on the cold bench's three-language set.
     fn start_atoms(&self, atoms: &[&Atom]) -> Result<Started, crate::index::embed::EmbedError> {
         let (slots, owned) = self.atom_texts(atoms);
+        let (slots, owned, claimed) = self.claim_ahead(slots, owned);
         let pending = if owned.is_empty() {
             None
         } else {
             let embedder = Arc::clone(&self.embedder);
             Some(embed::start_on_engine_threads(owned, move |refs| embedder.embed_passages(refs))?)
         };
-        Ok(Started { atoms: atoms.len(), slots, pending })
+        Ok(Started { atoms: atoms.len(), slots, pending, claimed })
+    }
+
+    /// Takes the batches started ahead that hold any of `texts` (of the
+    /// atoms `slots`): the texts they hold leave the lists, to come from
+    /// them ([`Started::finish`]), and the rest stay to be embedded.
+    fn claim_ahead(&self, slots: Vec<usize>, texts: Vec<String>) -> (Vec<usize>, Vec<String>, Claimed) {
+        let mut claimed = Claimed { aheads: Vec::new(), slots: Vec::new(), embedder: Arc::clone(&self.embedder) };
+        {
+            let mut ahead = self.ahead.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if ahead.is_empty() {
+                return (slots, texts, claimed);
+            }
+            let mut kept = std::collections::VecDeque::with_capacity(ahead.len());
+            for batch in ahead.drain(..) {
+                if batch.texts.iter().any(|t| texts.contains(t)) {
+                    claimed.aheads.push(batch);
+                } else {
+                    kept.push_back(batch);
+                }
+            }
+            *ahead = kept;
+        }
+        let (mut rest_slots, mut rest) = (Vec::with_capacity(slots.len()), Vec::with_capacity(texts.len()));
+        for (slot, text) in slots.into_iter().zip(texts) {
+            if claimed.aheads.iter().any(|batch| batch.texts.contains(&text)) {
+                claimed.slots.push((slot, text));
+            } else {
+                rest_slots.push(slot);
+                rest.push(text);
+            }
+        }
+        if !claimed.slots.is_empty() {
+            self.claimed.fetch_add(claimed.slots.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(model = self.embedder.id(), ahead = claimed.slots.len(), now = rest.len(), "passages embedded ahead");
+        }
+        (rest_slots, rest, claimed)
     }
 
     /// The texts this model embeds of `atoms` (those in its languages,
@@ -410,6 +551,7 @@ impl Semantic {
             let vectors = embedder.embed_passages(&refs);
             let bytes = texts.iter().map(String::len).sum::<usize>().max(1) as u128;
             average_in(&rate, (started.elapsed().as_nanos() / bytes).clamp(1, u128::from(u32::MAX)) as u64);
+            tracing::debug!(texts = texts.len(), bytes = bytes as u64, micros = started.elapsed().as_micros() as u64, "passages embedded");
             vectors
         })
     }
@@ -435,15 +577,44 @@ fn one_vector(mut vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, EmbedError> {
 /// One model's vectors for a batch of atoms, on their way.
 struct Started {
     atoms: usize,
-    /// The atoms that have text, in the order of the texts sent.
+    /// The atoms whose texts were sent now, in the order sent.
     slots: Vec<usize>,
     pending: Option<embed::Pending<Vec<f32>>>,
+    /// The atoms whose texts come from batches started ahead.
+    claimed: Claimed,
 }
 
 impl Started {
-    /// The vectors, one per atom (`None` for an atom without content).
+    /// The vectors, one per atom (`None` for an atom without content). A
+    /// batch started ahead that failed (it may hold a text the model
+    /// refuses that this write does not make) leaves its texts to be
+    /// embedded now, each alone.
     fn finish(self) -> Result<Vec<Option<Vec<f32>>>, crate::index::embed::EmbedError> {
         let mut vectors = vec![None; self.atoms];
+        let mut ahead: HashMap<String, Vec<f32>> = HashMap::new();
+        for batch in self.claimed.aheads {
+            let count = batch.texts.len();
+            match batch.pending.wait() {
+                Ok(embedded) if embedded.len() == count => ahead.extend(batch.texts.into_iter().zip(embedded)),
+                Ok(embedded) => tracing::warn!(vectors = embedded.len(), texts = count, "a batch embedded ahead came back short"),
+                Err(error) => tracing::warn!(%error, texts = count, "a batch embedded ahead failed; its texts are embedded now"),
+            }
+        }
+        for (i, text) in self.claimed.slots {
+            vectors[i] = match ahead.get(&text) {
+                Some(vector) => Some(vector.clone()),
+                None => {
+                    let embedder = Arc::clone(&self.claimed.embedder);
+                    match embed::on_engine_thread(move || embedder.embed_passages(&[&text]).and_then(one_vector)) {
+                        Ok(Ok(vector)) => Some(vector),
+                        Ok(Err(error)) | Err(error) => {
+                            tracing::warn!(%error, "embedding failed; the atom is indexed without this vector");
+                            None
+                        }
+                    }
+                }
+            };
+        }
         let Some(pending) = self.pending else { return Ok(vectors) };
         let embedded = pending.wait()?;
         if embedded.len() != self.slots.len() {
@@ -577,7 +748,29 @@ impl Indexes {
     /// many pieces as engine threads, so the threads take the pieces as
     /// they come free and finish about together.
     fn start_shared(&self, atoms: &[&Atom]) -> Vec<Started> {
-        let (slots, texts): (Vec<Vec<usize>>, Vec<Vec<String>>) = self.semantic.iter().map(|s| s.atom_texts(atoms)).unzip();
+        let mut slots = Vec::with_capacity(self.semantic.len());
+        let mut texts = Vec::with_capacity(self.semantic.len());
+        let mut claims = Vec::with_capacity(self.semantic.len());
+        for s in &self.semantic {
+            let (model_slots, model_texts) = s.atom_texts(atoms);
+            let (model_slots, model_texts, claimed) = s.claim_ahead(model_slots, model_texts);
+            slots.push(model_slots);
+            texts.push(model_texts);
+            claims.push(claimed);
+        }
+        slots
+            .into_iter()
+            .zip(claims)
+            .zip(self.start_texts(texts))
+            .map(|((slots, claimed), pending)| Started { atoms: atoms.len(), slots, pending, claimed })
+            .collect()
+    }
+
+    /// Starts every model's passages of its `texts` (one list per model,
+    /// in `semantic()` order) as one shared batch, as
+    /// [`Indexes::start_shared`] describes; per model, the vectors on their
+    /// way (none without texts).
+    fn start_texts(&self, texts: Vec<Vec<String>>) -> Vec<Option<embed::Pending<Vec<f32>>>> {
         let bytes = |texts: &[String]| texts.iter().map(String::len).sum::<usize>() as u64;
         let rates: Vec<u64> = self.semantic.iter().map(|s| s.passage_nanos_per_byte.load(std::sync::atomic::Ordering::Relaxed)).collect();
         // Until every model has a figure, a byte costs each the same.
@@ -585,7 +778,7 @@ impl Indexes {
         let rates: Vec<u64> = rates.into_iter().map(|rate| if known { rate } else { 1 }).collect();
         let costs: Vec<u64> = texts.iter().zip(&rates).map(|(t, rate)| bytes(t) * rate).collect();
         let total = costs.iter().sum::<u64>().max(1);
-        let wanted = 2 * embed::engine_count() as u64;
+        let wanted = std::env::var("HMG_WANTED").ok().and_then(|v| v.parse().ok()).unwrap_or(2) * embed::engine_count() as u64;
         let mut tasks = Vec::new();
         let mut pieces_of = Vec::with_capacity(texts.len());
         for (((s, owned), cost), rate) in self.semantic.iter().zip(texts).zip(costs).zip(rates) {
@@ -598,15 +791,53 @@ impl Indexes {
             }
         }
         let mut pending = embed::start_shared(tasks).into_iter();
-        slots
-            .into_iter()
-            .zip(pieces_of)
-            .map(|(slots, pieces)| Started {
-                atoms: atoms.len(),
-                slots,
-                pending: (pieces > 0).then(|| embed::Pending::joined(pending.by_ref().take(pieces).collect())),
-            })
-            .collect()
+        pieces_of.into_iter().map(|pieces| (pieces > 0).then(|| embed::Pending::joined(pending.by_ref().take(pieces).collect()))).collect()
+    }
+
+    /// Embeds ahead what a merge is about to compare and write: the first
+    /// model's comparable vectors of `compared` (into its cache, as
+    /// [`Semantic::comparable`]; waited for, the decisions need them)
+    /// and every model's passages of `passages`, the memories the facts
+    /// would be written as (kept for the write that makes them,
+    /// [`Semantic::claim_ahead`]). The first model runs both kinds in one
+    /// call per engine thread ([`Embedder::embed_comparable_and_passages`]):
+    /// a short batch's forward pass streams all of e5's weights once, and
+    /// two calls per thread streamed them twice. The other models'
+    /// passages queue behind and embed while the request's thread decides.
+    /// Texts a write does not make (a fact decided NONE) are embedded for
+    /// nothing. Returns the first failure to embed a compared text (each
+    /// is then embedded when compared).
+    pub(crate) fn embed_ahead(&self, compared: &[&str], passages: &[AheadPassage]) -> Result<(), EmbedError> {
+        let Some(first) = self.semantic.first() else { return Ok(()) };
+        let missing = first.missing_comparable(compared);
+        let first_passages = if missing.is_empty() { Vec::new() } else { first.ahead_texts(passages) };
+        let mixed = (!missing.is_empty()).then(|| first.start_mixed(missing.clone(), first_passages.clone()));
+        // Every model's passages not in the mixed calls, queued behind them.
+        let rest: Vec<Vec<String>> = self
+            .semantic
+            .iter()
+            .enumerate()
+            .map(|(n, s)| if n == 0 && mixed.is_some() { Vec::new() } else { s.ahead_texts(passages) })
+            .collect();
+        let started = self.start_texts(rest.clone());
+        for ((s, texts), pending) in self.semantic.iter().zip(rest).zip(started) {
+            if let Some(pending) = pending {
+                s.keep_ahead(texts, pending);
+            }
+        }
+        let Some(mixed) = mixed else { return Ok(()) };
+        let answers = mixed.wait()?;
+        let (compared_answers, passage_answers) = {
+            let mut answers = answers;
+            let passage_answers = answers.split_off(missing.len().min(answers.len()));
+            (answers, passage_answers)
+        };
+        let (texts, vectors): (Vec<String>, Vec<Vec<f32>>) =
+            first_passages.into_iter().zip(passage_answers).filter_map(|(text, vector)| vector.ok().map(|v| (text, v))).unzip();
+        if !texts.is_empty() {
+            first.keep_ahead(texts, embed::Pending::ready(vectors));
+        }
+        first.keep_comparable(missing, compared_answers)
     }
 
     /// Embeds several atoms with every model, one call per model (the
@@ -1081,6 +1312,61 @@ mod tests {
         semantic.comparable_ahead(&[]).unwrap();
         semantic.comparable_ahead(&["one", "one"]).unwrap();
         assert_eq!(picky.0.lock().unwrap().len(), embedded + 1);
+    }
+
+    fn atom(text: &str, source: &str) -> Atom {
+        use crate::atom::{Epistemic, Kind, Polarity, Status};
+        Atom {
+            id: AtomId::generate(),
+            content: Some(text.to_owned()),
+            kind: Kind::Fact,
+            source: source.to_owned(),
+            scope: crate::scope::Scope::tenant("t"),
+            epistemic: Epistemic::Actual,
+            polarity: Polarity::Affirmative,
+            status: Status::Active,
+            created_at: chrono::Utc::now(),
+            language: crate::text::detect_language(text).to_owned(),
+            importance: 0.5,
+            entities: Vec::new(),
+            supersedes: None,
+            derived_from: Vec::new(),
+            session_id: None,
+            expires_at: None,
+            last_recalled_at: None,
+            recall_count: 0,
+            last_decayed_at: None,
+        }
+    }
+
+    /// A write takes the passages started ahead for its atoms' texts (as
+    /// attributed) and embeds only the others; a batch started ahead that
+    /// failed (a text in it the model refuses, which the write does not
+    /// make) costs the write nothing: its texts are embedded then.
+    #[test]
+    fn a_write_takes_its_passages_from_ahead_and_embeds_a_failed_batchs_again() {
+        let picky = Arc::new(Picky(Mutex::new(Vec::new())));
+        let semantic = Semantic::new(Arc::clone(&picky) as Arc<dyn Embedder>, VectorIndex::open(None, "picky", 2).unwrap());
+        let kept = vec!["Ana: one".to_owned(), "three".to_owned()];
+        semantic.keep_ahead(kept.clone(), embed::Pending::ready(vec![vec![9.0, 9.0], vec![7.0, 7.0]]));
+        let failing = vec!["refused".to_owned(), "four".to_owned()];
+        let task = semantic.passage_task(failing.clone());
+        semantic.keep_ahead(failing, embed::Pending::joined(embed::start_shared(vec![(1, task)])));
+        let atoms = [atom("one", "Ana"), atom("two", "user"), atom("three", "agent"), atom("four", "user")];
+        let refs: Vec<&Atom> = atoms.iter().collect();
+        let before = picky.0.lock().unwrap().len();
+        let vectors = semantic.start_atoms(&refs).and_then(Started::finish).unwrap();
+        assert_eq!(vectors[0], Some(vec![9.0, 9.0]), "from ahead, attributed");
+        assert_eq!(vectors[2], Some(vec![7.0, 7.0]), "from ahead");
+        assert_eq!(vectors[1], Some(vec![3.0, 1.0]), "embedded now");
+        assert_eq!(vectors[3], Some(vec![4.0, 1.0]), "its batch failed: embedded now");
+        let asked: Vec<String> = picky.0.lock().unwrap()[before..].to_vec();
+        assert!(asked.iter().filter(|t| *t == "two").count() == 1 && !asked.iter().any(|t| t.contains("one") || t == "three"), "{asked:?}");
+        assert_eq!(semantic.ahead_counts(), (3, 0), "both batches claimed");
+        // Nothing ahead for a text: no batch is claimed, all embedded now.
+        semantic.keep_ahead(vec!["five".to_owned()], embed::Pending::ready(vec![vec![5.0, 5.0]]));
+        assert_eq!(semantic.start_atoms(&[&atom("six", "user")]).and_then(Started::finish).unwrap(), vec![Some(vec![3.0, 1.0])]);
+        assert_eq!(semantic.ahead_counts(), (3, 1));
     }
 
     #[test]

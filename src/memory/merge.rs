@@ -22,6 +22,7 @@ use unicode_normalization::UnicodeNormalization;
 use super::{AtomFilter, Caller, CorrectAction, CorrectRequest, Effect, MemorizeOutcome, MemorizeRequest, Memory, Result};
 use crate::atom::Status;
 use crate::fact::{Clause, Lang, Subject, third_person};
+use crate::index::AheadPassage;
 use crate::recent::Recent;
 use crate::text::analyze::{Mode, terms};
 
@@ -464,7 +465,7 @@ fn the_party(known: &Known) -> Option<String> {
 type Similarity<'a> = dyn Fn(&str, &[&str]) -> Option<Vec<f32>> + 'a;
 
 /// A fact of one merge as its decisions read it: read once, though it is
-/// decided two or three times (the rehearsal of [`compared_texts`], the
+/// decided two or three times (the rehearsal of [`rehearse`], the
 /// decision, and again after the ADDs it names are written). Reading it
 /// at each was 0.9 ms of a REST add of ten facts (perf).
 struct Fact {
@@ -745,6 +746,12 @@ fn join_units(units: &[String]) -> String {
     text
 }
 
+/// The texts [`rehearse`] finds the model will be asked about.
+#[cfg(test)]
+fn compared_texts(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool) -> Vec<String> {
+    rehearse(readings, facts, known, dry_run).0
+}
+
 /// The texts the sentence model will be asked about when `facts` are
 /// decided in order against `known` ([`Memory::merge_facts_with`]), found
 /// by deciding them without the model: each fact that reaches the
@@ -752,9 +759,12 @@ fn join_units(units: &[String]) -> String {
 /// is then taken for an ADD (a dry run adds nothing). With the model a
 /// decision can differ (a paraphrase found is a NONE), so these are the
 /// texts to embed ahead, not the decisions; a text missed here is embedded
-/// when it is asked about.
-fn compared_texts(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool) -> Vec<String> {
+/// when it is asked about. Also each fact's event in the rehearsal (the
+/// model asked nothing: a NONE or DELETE there is one whatever it would
+/// say).
+fn rehearse(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool) -> (Vec<String>, Vec<MergeEvent>) {
     let asked = std::cell::RefCell::new(Vec::new());
+    let mut events = Vec::with_capacity(facts.len());
     let ask = |text: &str, others: &[&str]| {
         let mut asked = asked.borrow_mut();
         asked.push(text.to_owned());
@@ -764,6 +774,7 @@ fn compared_texts(readings: &Readings, facts: &[Fact], known: &[Known], dry_run:
     let mut known = known.to_vec();
     for (n, fact) in facts.iter().enumerate() {
         let decided = plan(fact, &known, &ask);
+        events.push(decided.event);
         if dry_run {
             continue;
         }
@@ -781,7 +792,7 @@ fn compared_texts(readings: &Readings, facts: &[Fact], known: &[Known], dry_run:
             MergeEvent::None => {}
         }
     }
-    asked.into_inner()
+    (asked.into_inner(), events)
 }
 
 /// The cosine (multilingual-e5-small) above which a fact with no slot and
@@ -826,7 +837,7 @@ impl Memory {
         let similarity = |text: &str, others: &[&str]| self.similarities(text, others);
         let mut known = self.known(caller)?;
         let facts: Vec<Fact> = facts.iter().map(|fact| Fact::read(fact)).collect();
-        self.embed_compared_ahead(&facts, &known, dry_run);
+        self.embed_ahead(&facts, &known, source, dry_run);
         if dry_run {
             return Ok(facts
                 .iter()
@@ -914,16 +925,31 @@ impl Memory {
     }
 
     /// Puts the sentence model's vectors for every text the decisions of
-    /// `facts` will compare ([`compared_texts`]) into its cache, a batch
-    /// on each core, each vector the one [`Memory::similarities`] would
-    /// get for its text alone. A failure only means they are embedded when
-    /// asked for.
+    /// `facts` will compare ([`rehearse`]) into its cache, each the
+    /// vector [`Memory::similarities`] would get for its text alone, and
+    /// (not in a dry run) starts every model's passages of the memories the
+    /// facts would be written as: an ADD's text, admitted and attributed as
+    /// [`Memory::memorize_many`] will store it
+    /// ([`crate::index::Indexes::embed_ahead`]: one forward pass per core
+    /// for both kinds; the write takes the passages). A failure only means
+    /// they are embedded when asked for.
     #[tracing::instrument(skip_all, fields(facts = facts.len()))]
-    fn embed_compared_ahead(&self, facts: &[Fact], known: &[Known], dry_run: bool) {
-        let Some(model) = self.indexes().semantic().first() else { return };
-        let texts = compared_texts(&self.readings, facts, known, dry_run);
+    fn embed_ahead(&self, facts: &[Fact], known: &[Known], source: &str, dry_run: bool) {
+        let (texts, events) = rehearse(&self.readings, facts, known, dry_run);
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        if let Err(error) = model.comparable_ahead(&texts) {
+        // A fact the rehearsal already answers NONE or DELETE (an exact
+        // restatement, a cessation) writes no text.
+        let passages: Vec<AheadPassage> = match super::clean_source(Some(source), "agent") {
+            Ok(source) if !dry_run => facts
+                .iter()
+                .zip(&events)
+                .filter(|(_, event)| matches!(event, MergeEvent::Add | MergeEvent::Update))
+                .filter_map(|(fact, _)| super::write::admit("content", &fact.text, super::MAX_CONTENT_CHARS).ok())
+                .map(|admitted| AheadPassage::new(&source, &admitted.text))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Err(error) = self.indexes().embed_ahead(&texts, &passages) {
             tracing::warn!(%error, texts = texts.len(), "could not embed the compared texts ahead; each is embedded when compared");
         }
     }
@@ -1603,6 +1629,147 @@ mod ahead {
         let results = memory.merge_facts(&caller, &second, "user").unwrap();
         assert_eq!(results.iter().map(|r| r.event).collect::<Vec<_>>(), [MergeEvent::Add; 3], "{results:#?}");
         assert_eq!(model.asked_uncached(), 0);
+    }
+
+    /// With the models: the memories a merge writes take their vectors
+    /// from the passages embedded ahead, with the compared texts, as each
+    /// is stored: redacted, attributed to a custom source, and only for the
+    /// models of its language; each is the model's own vector of that text.
+    #[test]
+    fn the_memories_a_merge_writes_take_their_passages_from_the_pass_ahead() {
+        let memory = super::tests::with_models();
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository("passages"), "test");
+        let facts: Vec<String> = [
+            "I keep my road bike in the garage.",
+            "My AWS key is AKIAIOSFODNN7EXAMPLE and I keep the bike lock code in the vault.",
+            "我想和李伟一起学书法。",
+            "ケンジさんはベランダでバジルを育てています。",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let models = memory.indexes().semantic();
+        let before: Vec<u64> = models.iter().map(|s| s.ahead_counts().0).collect();
+        let results = memory.merge_facts_with(&caller, &facts, "Ana", false).unwrap();
+        assert!(results.iter().all(|r| r.event == MergeEvent::Add), "{results:#?}");
+        for (model, before) in models.iter().zip(before) {
+            let mut understood = 0;
+            for result in &results {
+                let id: crate::atom::AtomId = result.id.as_deref().unwrap().parse().unwrap();
+                let atom = memory.atom("t", id).unwrap().unwrap();
+                let text = crate::index::attributed_text(&atom).unwrap();
+                assert!(text.starts_with("Ana: ") && !text.contains("AKIA"), "{text}");
+                let stored = model.vectors.vector_of(id, "t");
+                if !model.understands(&atom.language) {
+                    assert!(stored.is_none(), "{}: {text}", model.embedder.id());
+                    continue;
+                }
+                understood += 1;
+                let own = model.embedder.embed_passages(&[&text]).unwrap().remove(0);
+                let cosine: f32 = stored.unwrap().iter().zip(&own).map(|(a, b)| a * b).sum();
+                assert!(cosine > 0.99, "{}: {text}: {cosine}", model.embedder.id());
+            }
+            assert!(understood > 0);
+            assert_eq!(model.ahead_counts().0 - before, understood, "{}: every vector from ahead", model.embedder.id());
+        }
+    }
+
+    /// A model that notes every call's texts (vectors from their bytes).
+    struct Recorder(std::sync::Mutex<Vec<(&'static str, Vec<String>)>>);
+
+    impl Recorder {
+        /// Pseudo-random from the text's hash: texts that differ are far apart.
+        fn vector(text: &str) -> Vec<f32> {
+            let mut state = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+            let mut v: Vec<f32> = (0..32)
+                .map(|_| {
+                    state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    f32::from((state >> 48) as u16) / 32768.0 - 1.0
+                })
+                .collect();
+            crate::index::embed::normalize(&mut v);
+            v
+        }
+
+        fn texts(&self, kind: &str) -> Vec<String> {
+            self.0.lock().unwrap().iter().filter(|(k, _)| *k == kind).flat_map(|(_, t)| t.clone()).collect()
+        }
+    }
+
+    impl crate::index::embed::Embedder for Recorder {
+        fn id(&self) -> &str {
+            "recorder"
+        }
+        fn dims(&self) -> usize {
+            32
+        }
+        fn embed_passages(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
+            self.0.lock().unwrap().push(("passages", texts.iter().map(|t| (*t).to_owned()).collect()));
+            Ok(texts.iter().map(|t| Recorder::vector(t)).collect())
+        }
+        fn embed_query(&self, text: &str) -> Result<Vec<f32>, crate::index::embed::EmbedError> {
+            self.0.lock().unwrap().push(("query", vec![text.to_owned()]));
+            Ok(Recorder::vector(text))
+        }
+        fn embed_comparable_and_passages(
+            &self,
+            compared: &[&str],
+            passages: &[&str],
+        ) -> Result<crate::index::embed::ComparedAndPassages, crate::index::embed::EmbedError> {
+            self.0.lock().unwrap().push(("ahead", passages.iter().map(|t| (*t).to_owned()).collect()));
+            Ok((compared.iter().map(|t| Recorder::vector(t)).collect(), passages.iter().map(|t| Recorder::vector(t)).collect()))
+        }
+    }
+
+    /// The write embeds no passage the pass ahead embedded; a restatement
+    /// (NONE before any model is asked) and a dry run embed none ahead;
+    /// passages no write takes (the model found a paraphrase) are dropped,
+    /// a few batches kept at most; a secret never reaches the model.
+    #[test]
+    fn the_write_embeds_no_passage_twice_and_a_dry_run_none() {
+        let recorder = Arc::new(Recorder(std::sync::Mutex::new(Vec::new())));
+        let options = super::super::MemoryOptions {
+            embedder: super::super::EmbedderChoice::Given(Arc::clone(&recorder) as Arc<dyn crate::index::embed::Embedder>),
+            ..super::super::MemoryOptions::default()
+        };
+        let memory = Memory::open_with(None, options).unwrap();
+        let caller = Caller::new(Scope::tenant("t").with_workspace("u"), "test");
+        let facts = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<String>>();
+        let first = facts(&[
+            "I keep my road bike in the garage.",
+            "My neighbour Tom grows tomatoes on the roof.",
+            "token AKIAIOSFODNN7EXAMPLE is for the bike shop",
+        ]);
+        let results = memory.merge_facts_with(&caller, &first, "user", false).unwrap();
+        assert!(results.iter().all(|r| r.event == MergeEvent::Add), "{results:#?}");
+        let embedded = [recorder.texts("ahead"), recorder.texts("passages")].concat();
+        for result in &results {
+            let id: crate::atom::AtomId = result.id.as_deref().unwrap().parse().unwrap();
+            let text = crate::index::attributed_text(&memory.atom("t", id).unwrap().unwrap()).unwrap();
+            assert_eq!(embedded.iter().filter(|t| **t == text).count(), 1, "{text} embedded once: {embedded:?}");
+            assert!(recorder.texts("ahead").contains(&text), "{text}: ahead");
+        }
+        assert!(recorder.0.lock().unwrap().iter().all(|(_, texts)| texts.iter().all(|t| !t.contains("AKIA"))));
+        // The same facts again (but the one whose stored text is redacted,
+        // so no longer the same words): NONE without the model, nothing
+        // embedded.
+        let calls = recorder.0.lock().unwrap().len();
+        let again = memory.merge_facts_with(&caller, &first[..2], "user", false).unwrap();
+        assert!(again.iter().all(|r| r.event == MergeEvent::None), "{again:#?}");
+        let after = recorder.0.lock().unwrap().len();
+        assert_eq!(after, calls, "{:?}", &recorder.0.lock().unwrap()[calls..]);
+        // A dry run embeds its compared texts but no passage.
+        let planned = memory.merge_facts_with(&caller, &facts(&["I keep my kayak in the attic."]), "user", true).unwrap();
+        assert_eq!(planned[0].event, MergeEvent::Add);
+        let dry: Vec<(&str, Vec<String>)> = recorder.0.lock().unwrap()[calls..].to_vec();
+        assert!(dry.iter().all(|(kind, texts)| *kind == "query" || texts.is_empty()), "{dry:?}");
+        // Passages no write takes (here started without a write): the
+        // oldest batches go, a few are kept.
+        let model = &memory.indexes().semantic()[0];
+        for n in 0..6 {
+            let passages = [crate::index::AheadPassage::new("user", &format!("Never written {n}"))];
+            memory.indexes().embed_ahead(&[], &passages).unwrap();
+        }
+        assert_eq!(model.ahead_counts().1, crate::index::AHEAD_BATCHES);
     }
 
     #[test]

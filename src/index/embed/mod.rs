@@ -47,6 +47,10 @@ pub enum EmbedError {
     Backend(String),
 }
 
+/// Comparable vectors and passage vectors, each in the order of their texts
+/// ([`Embedder::embed_comparable_and_passages`]).
+pub type ComparedAndPassages = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 /// A local sentence-embedding model.
 pub trait Embedder: Send + Sync {
     /// Identifies model and recipe; vectors from different ids never mix.
@@ -72,6 +76,16 @@ pub trait Embedder: Send + Sync {
     /// text alone.
     fn embed_comparable(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         texts.iter().map(|t| self.embed_query(t)).collect()
+    }
+    /// [`Embedder::embed_comparable`] of `compared` and
+    /// [`Embedder::embed_passages`] of `passages` in one call: each
+    /// comparable vector is the one `embed_comparable` gives; each passage
+    /// vector one `embed_passages` may give (a C engine runs both in one
+    /// forward pass, kernels held as for comparable texts: a short batch's
+    /// pass costs about as much again in weights streamed from memory as
+    /// in arithmetic).
+    fn embed_comparable_and_passages(&self, compared: &[&str], passages: &[&str]) -> Result<ComparedAndPassages, EmbedError> {
+        Ok((self.embed_comparable(compared)?, self.embed_passages(passages)?))
     }
     /// Languages the model understands (`None`: any). Queries in other
     /// languages skip semantic search rather than add noise.
@@ -525,6 +539,11 @@ enum Waiting<T> {
 }
 
 impl<T> Pending<T> {
+    /// Vectors already there.
+    pub(crate) fn ready(vectors: Vec<T>) -> Pending<T> {
+        Pending(Waiting::Done(Ok(vectors)))
+    }
+
     /// Several pendings as one: their vectors one after the other.
     pub(crate) fn joined(all: Vec<Pending<T>>) -> Pending<T> {
         let mut parts = Vec::with_capacity(all.len());
