@@ -811,6 +811,7 @@ impl Indexes {
         let Some(first) = self.semantic.first() else { return Ok(()) };
         let missing = first.missing_comparable(compared);
         let first_passages = if missing.is_empty() { Vec::new() } else { first.ahead_texts(passages) };
+        tracing::debug!(compared = compared.len(), missing = missing.len(), passages = passages.len(), "embedding ahead");
         let mixed = (!missing.is_empty()).then(|| first.start_mixed(missing.clone(), first_passages.clone()));
         // Every model's passages not in the mixed calls, queued behind them.
         let rest: Vec<Vec<String>> = self
