@@ -954,6 +954,22 @@ impl Memory {
         }
     }
 
+    /// Reads `facts` as a merge would (their clauses, slots and cues, the
+    /// stored text admitted and redacted, each as a memory), deciding and
+    /// writing nothing: the tables those readings build at first use are
+    /// then built. A server calls it at start with a few sample facts, so
+    /// its first add does not wait for them.
+    pub fn warm_up_merge(&self, facts: &[String]) {
+        let readings = Readings::default();
+        let facts: Vec<Fact> = facts.iter().map(|fact| Fact::read(fact)).collect();
+        let known: Vec<Known> =
+            facts.iter().enumerate().map(|(n, fact)| Known::new(&readings, format!("warm-{n}"), fact.text.clone())).collect();
+        let _ = rehearse(&readings, &facts, &known, true);
+        for fact in &facts {
+            let _ = super::write::admit("content", &fact.text, super::MAX_CONTENT_CHARS);
+        }
+    }
+
     /// Cosines of `text` with each of `others` under the first sentence
     /// model, if one is loaded, from its comparable vectors
     /// ([`crate::index::Semantic::comparable`]; cached, or embedded now):
@@ -1762,6 +1778,13 @@ mod ahead {
         assert_eq!(planned[0].event, MergeEvent::Add);
         let dry: Vec<(&str, Vec<String>)> = recorder.0.lock().unwrap()[calls..].to_vec();
         assert!(dry.iter().all(|(kind, texts)| *kind == "query" || texts.is_empty()), "{dry:?}");
+        // The server's warm-up reads facts as a merge does, and neither
+        // embeds nor writes anything.
+        let calls = recorder.0.lock().unwrap().len();
+        let audit = memory.stats(&caller).map(|s| format!("{s:?}")).ok();
+        memory.warm_up_merge(&facts(&["I run 5 km every Sunday with Ana.", "我每周日和老李跑五公里。", "token AKIAIOSFODNN7EXAMPLE"]));
+        assert_eq!(recorder.0.lock().unwrap().len(), calls);
+        assert_eq!(memory.stats(&caller).map(|s| format!("{s:?}")).ok(), audit);
         // Passages no write takes (here started without a write): the
         // oldest batches go, a few are kept.
         let model = &memory.indexes().semantic()[0];

@@ -97,7 +97,21 @@ pub trait Embedder: Send + Sync {
     fn warm_up(&self) -> Result<(), EmbedError> {
         Ok(())
     }
+    /// Prepares what a backend prepares at its first batch (a C engine's
+    /// weights as AMX tiles, e5's tokenizer prefix filter), after
+    /// [`Embedder::warm_up`]: a server calls it at start, so its first
+    /// batch (a REST add's facts) does not wait for them.
+    fn warm_up_batches(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
 }
+
+/// Two short texts, together long enough for a batch on AMX tiles (32
+/// tokens and up), for [`Embedder::warm_up_batches`].
+pub(crate) const WARM_BATCH: [&str; 2] = [
+    "A batch at a server's start prepares every weight matrix for the tiles.",
+    "Then the first request of several texts does not wait for it to happen.",
+];
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -307,16 +321,17 @@ pub(crate) fn start_shared<T: Send + 'static>(tasks: Vec<Costed<T>>) -> Vec<Pend
     pending
 }
 
-/// Loads and prepares `models` on the engine threads, in the background:
+/// Loads and prepares `models` (with `batches`, for batches too:
+/// [`Embedder::warm_up_batches`]) on the engine threads, in the background:
 /// queued before any embedding, so the first query waits only for what is
 /// left of it, while the caller opens the indexes on its own thread. A
 /// model that fails is logged (recall goes on without it).
-pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>) {
+pub(crate) fn start_warm_up(models: Vec<Arc<dyn Embedder>>, batches: bool) {
     let warm = |model: Arc<dyn Embedder>| {
         move || {
             let started = std::time::Instant::now();
-            match model.warm_up() {
-                Ok(()) => tracing::debug!(model = model.id(), ms = started.elapsed().as_millis() as u64, "model ready"),
+            match model.warm_up().and_then(|()| if batches { model.warm_up_batches() } else { Ok(()) }) {
+                Ok(()) => tracing::debug!(model = model.id(), batches, ms = started.elapsed().as_millis() as u64, "model ready"),
                 Err(error) => tracing::warn!(%error, model = model.id(), "the model cannot run; recall goes on without it"),
             }
         }

@@ -206,7 +206,11 @@ fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Exit, C
     let park_usage = matches!(cli.command, Command::Recall { .. } | Command::Hook { command: HookCommand::SessionStart });
     // Servers commit due usage stamps after answering (see `tools::relay`).
     let defer_usage = matches!(cli.command, Command::Mcp | Command::Serve { .. });
-    let options = memory_options(&cli)?.with_warm_up(embeds).with_park_usage(park_usage).with_defer_usage(defer_usage);
+    // The HTTP server's writes come in batches (a REST add's facts): its
+    // models prepare the tiles at start, not at the first add (~80 ms).
+    let batches = matches!(cli.command, Command::Serve { .. });
+    let options =
+        memory_options(&cli)?.with_warm_up(embeds).with_warm_batches(batches).with_park_usage(park_usage).with_defer_usage(defer_usage);
     if matches!(cli.command, Command::Mcp | Command::Serve { .. } | Command::Hook { .. }) {
         return serve(cli, options, out);
     }

@@ -650,6 +650,7 @@ pub(crate) async fn serve(
     let cancel = tokio_util::sync::CancellationToken::new();
     let grace = options.shutdown_grace;
     let app = router(Arc::clone(&shared), tokens, bound, cancel.clone(), options)?;
+    crate::surface::rest::warm_up(&shared);
     ready(bound);
     let stopping = cancel.clone();
     let server = axum::serve(listener, app.into_make_service_with_connect_info::<peer::Peer>()).with_graceful_shutdown(async move {
