@@ -778,7 +778,7 @@ impl Indexes {
         let rates: Vec<u64> = rates.into_iter().map(|rate| if known { rate } else { 1 }).collect();
         let costs: Vec<u64> = texts.iter().zip(&rates).map(|(t, rate)| bytes(t) * rate).collect();
         let total = costs.iter().sum::<u64>().max(1);
-        let wanted = std::env::var("HMG_WANTED").ok().and_then(|v| v.parse().ok()).unwrap_or(2) * embed::engine_count() as u64;
+        let wanted = 2 * embed::engine_count() as u64;
         let mut tasks = Vec::new();
         let mut pieces_of = Vec::with_capacity(texts.len());
         for (((s, owned), cost), rate) in self.semantic.iter().zip(texts).zip(costs).zip(rates) {

@@ -959,7 +959,7 @@ impl Memory {
     /// writing nothing: the tables those readings build at first use are
     /// then built. A server calls it at start with a few sample facts, so
     /// its first add does not wait for them.
-    pub fn warm_up_merge(&self, facts: &[String]) {
+    pub(crate) fn warm_up_merge(&self, facts: &[String]) {
         let readings = Readings::default();
         let facts: Vec<Fact> = facts.iter().map(|fact| Fact::read(fact)).collect();
         let known: Vec<Known> =
@@ -1689,7 +1689,7 @@ mod ahead {
         }
     }
 
-    /// A model that notes every call's texts (vectors from their bytes).
+    /// A model that notes every call's texts (vectors from a hash of each).
     struct Recorder(std::sync::Mutex<Vec<(&'static str, Vec<String>)>>);
 
     impl Recorder {

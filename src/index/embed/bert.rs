@@ -662,12 +662,6 @@ impl Embedder for BertEmbedder {
     fn warm_up(&self) -> Result<(), EmbedError> {
         self.loaded().map(|_| ())
     }
-
-    /// A batch of passages: the weights as AMX tiles, made at the first
-    /// batch otherwise.
-    fn warm_up_batches(&self) -> Result<(), EmbedError> {
-        self.embed_passages(&super::WARM_BATCH).map(|_| ())
-    }
 }
 
 #[cfg(test)]

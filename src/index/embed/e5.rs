@@ -480,12 +480,6 @@ impl Embedder for E5Embedder {
         Ok((vectors, passages))
     }
 
-    /// A batch of passages: the weights as AMX tiles and the tokenizer's
-    /// prefix filter, made at the first batch otherwise.
-    fn warm_up_batches(&self) -> Result<(), EmbedError> {
-        self.embed_passages(&super::WARM_BATCH).map(|_| ())
-    }
-
     /// Packs the weights for the matmul kernels (done at the first call
     /// otherwise: 40 ms on the first recall) by embedding one word.
     fn warm_up(&self) -> Result<(), EmbedError> {

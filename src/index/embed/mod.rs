@@ -98,11 +98,11 @@ pub trait Embedder: Send + Sync {
         Ok(())
     }
     /// Prepares what a backend prepares at its first batch (a C engine's
-    /// weights as AMX tiles, e5's tokenizer prefix filter), after
-    /// [`Embedder::warm_up`]: a server calls it at start, so its first
-    /// batch (a REST add's facts) does not wait for them.
+    /// weights as AMX tiles, e5's tokenizer prefix filter) by embedding a
+    /// batch of passages, after [`Embedder::warm_up`]: a server calls it at
+    /// start, so its first batch (a REST add's facts) does not wait for them.
     fn warm_up_batches(&self) -> Result<(), EmbedError> {
-        Ok(())
+        self.embed_passages(&WARM_BATCH).map(|_| ())
     }
 }
 
