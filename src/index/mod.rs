@@ -744,8 +744,8 @@ impl Indexes {
     /// Every model's vectors for `atoms` as one shared batch
     /// ([`embed::start_shared`]): each model's texts cut into contiguous
     /// pieces of about equal bytes, as many as its share of the expected
-    /// cost (bytes times its lately measured cost per byte) of twice as
-    /// many pieces as engine threads, so the threads take the pieces as
+    /// cost (bytes times its lately measured cost per byte) of
+    /// [`embed::shared_pieces`] in all, so the threads take the pieces as
     /// they come free and finish about together.
     fn start_shared(&self, atoms: &[&Atom]) -> Vec<Started> {
         let mut slots = Vec::with_capacity(self.semantic.len());
@@ -778,7 +778,7 @@ impl Indexes {
         let rates: Vec<u64> = rates.into_iter().map(|rate| if known { rate } else { 1 }).collect();
         let costs: Vec<u64> = texts.iter().zip(&rates).map(|(t, rate)| bytes(t) * rate).collect();
         let total = costs.iter().sum::<u64>().max(1);
-        let wanted = 2 * embed::engine_count() as u64;
+        let wanted = embed::shared_pieces() as u64;
         let mut tasks = Vec::new();
         let mut pieces_of = Vec::with_capacity(texts.len());
         for (((s, owned), cost), rate) in self.semantic.iter().zip(texts).zip(costs).zip(rates) {
