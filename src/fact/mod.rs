@@ -171,7 +171,9 @@ pub(crate) struct Clause {
 fn strip_openers(text: &str, lang: Lang, cues: &mut Cues, keep_cues: bool) -> String {
     let mut rest = text.trim().trim_start_matches(is_separator).to_owned();
     'again: loop {
-        for (kind, flag) in [("correct", 0), ("restate", 1), ("prefix", 2)] {
+        // An ask to remember first: "remember that" is no restatement's
+        // "remember" followed by a "that" to keep.
+        for (kind, flag) in [("memo", 2), ("correct", 0), ("restate", 1), ("prefix", 2)] {
             for phrase in phrases(kind, lang) {
                 if let Some(after) = strip_phrase(&rest, phrase, lang) {
                     if after.is_empty() {
@@ -194,21 +196,37 @@ fn strip_openers(text: &str, lang: Lang, cues: &mut Cues, keep_cues: bool) -> St
     }
 }
 
+/// The kinds of `lexicon/chat.txt` that open a clause.
+const OPENER_KINDS: [&str; 4] = ["memo", "correct", "restate", "prefix"];
+
 /// Whether `text` is nothing but openers ("Like I mentioned", "実は").
 fn opener_only(text: &str, lang: Lang) -> bool {
     let whole = text.trim_matches(is_separator).to_lowercase();
-    if ["correct", "restate", "prefix"].iter().any(|kind| phrases(kind, lang).contains(&whole)) {
+    if OPENER_KINDS.iter().any(|kind| phrases(kind, lang).contains(&whole)) {
         return true;
     }
     let mut cues = Cues::default();
     let rest = strip_openers(text, lang, &mut cues, false);
     let rest = rest.trim_matches(is_separator).to_lowercase();
-    !rest.is_empty() && ["correct", "restate", "prefix"].iter().any(|kind| phrases(kind, lang).contains(&rest))
+    !rest.is_empty() && OPENER_KINDS.iter().any(|kind| phrases(kind, lang).contains(&rest))
 }
 
 /// Trailing words that only colour a clause ("though", "too", 了).
 fn strip_trailers(text: &str, lang: Lang) -> String {
-    let mut s = text.trim().trim_end_matches(['.', '。', '!', '！', '~', '～', '…']).trim().to_owned();
+    // A question reaches here only as an ask to remember ("Can you
+    // remember that …?", [`is_question`]): its mark goes too.
+    let mut s = text.trim().trim_end_matches(['.', '。', '!', '！', '~', '～', '…', '?', '？']).trim().to_owned();
+    if lang == Lang::Ja {
+        // An ask to remember at the end, and the particle quoting what it
+        // asks: 誕生日は5月3日だと覚えておいてください → 誕生日は5月3日.
+        if let Some(memo) = phrases("memo", lang).iter().find(|m| s.ends_with(m.as_str())) {
+            s.truncate(s.len() - memo.len());
+            s = s.trim_end_matches(is_separator).to_owned();
+            if let Some(quote) = phrases("quote", lang).iter().find(|q| s.ends_with(q.as_str()) && s.len() > q.len()) {
+                s.truncate(s.len() - quote.len());
+            }
+        }
+    }
     if lang == Lang::En {
         for tail in [", though", " though", ", too", " too", " as well", ", lol", " lol", " haha"] {
             // ASCII folding keeps byte offsets (a full lowercase may not).
@@ -338,6 +356,9 @@ fn base_form(verb: &str) -> String {
 /// Whether a sentence is a question.
 pub(crate) fn is_question(sentence: &str) -> bool {
     let s = sentence.trim_end();
+    if asks_to_remember(s) {
+        return false;
+    }
     s.ends_with('?')
         || s.ends_with('？')
         || s.ends_with("ですか")
@@ -346,6 +367,18 @@ pub(crate) fn is_question(sentence: &str) -> bool {
         || s.ends_with("吗。")
         || s.ends_with('呢')
         || s.ends_with("かな")
+}
+
+/// Whether `sentence` opens with an ask to remember worded as a request
+/// (a `memo` phrase that itself opens with a `request` one: "Can you
+/// remember that my locker code is 4412?"): what follows is to be kept,
+/// not a question asked.
+fn asks_to_remember(sentence: &str) -> bool {
+    let lang = lang_of(sentence);
+    phrases("memo", lang).iter().any(|memo| {
+        strip_phrase(sentence, memo, lang).is_some_and(|rest| !rest.is_empty())
+            && phrases("request", lang).iter().any(|request| strip_phrase(memo, request, lang).is_some())
+    })
 }
 
 static FILLER: LazyLock<Vec<String>> = LazyLock::new(|| {
@@ -380,7 +413,7 @@ fn speaks_of_self(text: &str, lang: Lang) -> bool {
 static CHATTER: LazyLock<[Vec<String>; 3]> = LazyLock::new(|| {
     [Lang::En, Lang::Zh, Lang::Ja].map(|lang| {
         let mut all: Vec<String> =
-            FILLER.iter().chain(phrases("chatter", lang)).chain(phrases("social", lang)).chain(phrases("prefix", lang)).cloned().collect();
+            FILLER.iter().chain(["chatter", "social", "prefix", "memo"].iter().flat_map(|kind| phrases(kind, lang))).cloned().collect();
         all.sort_by_key(|p| std::cmp::Reverse(p.chars().count()));
         if lang == Lang::En {
             all = all.into_iter().map(|phrase| format!(" {phrase} ")).collect();

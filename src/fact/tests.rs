@@ -44,6 +44,39 @@ fn several_facts_in_one_message_are_split() {
 }
 
 #[test]
+fn an_ask_to_remember_keeps_the_fact_without_the_ask_in_three_languages() {
+    for (text, fact) in [
+        ("Please remember that my flight is at 9am on Friday.", "my flight is at 9am on Friday"),
+        ("Remember that my wife's name is Ana", "my wife's name is Ana"),
+        ("Please remember: I'm allergic to shellfish", "I'm allergic to shellfish"),
+        ("Don't forget that I'm vegetarian!", "I'm vegetarian"),
+        ("Keep in mind that I work night shifts", "I work night shifts"),
+        ("Note that my manager is Kenji", "my manager is Kenji"),
+        ("Can you remember that my locker code is 4412?", "my locker code is 4412"),
+        ("For future reference, my dentist is Lee Park", "my dentist is Lee Park"),
+        ("请记住我的航班是早上9点", "我的航班是早上9点"),
+        ("帮我记一下：我女儿对花生过敏", "我女儿对花生过敏"),
+        ("别忘了我下周三去上海出差", "我下周三去上海出差"),
+        ("私の誕生日は5月3日だと覚えておいてください", "私の誕生日は5月3日"),
+        ("妹がリマに住んでいることを忘れないでね", "妹がリマに住んでいる"),
+        ("覚えておいて、妹はリマに住んでいます", "妹はリマに住んでいます"),
+    ] {
+        assert_eq!(facts(text), [fact], "{text}");
+    }
+    // The ask alone, or with thanks, is no fact.
+    for text in
+        ["Please remember this.", "Don't forget!", "Thanks, note that.", "记住了吗？记住。", "覚えておいてね！", "メモしておいてください。"]
+    {
+        assert_eq!(facts(text), Vec::<String>::new(), "{text}");
+    }
+    // "Remember," alone still marks a restatement; "remember that" asks
+    // to store what follows, and "I remember that…" is the speaker's own.
+    assert!(Clause::read("Remember, I don't eat meat").cues.restatement);
+    assert!(!Clause::read("Remember that I don't eat meat").cues.restatement);
+    assert_eq!(facts("I remember that we met in Porto"), ["I remember that we met in Porto"]);
+}
+
+#[test]
 fn corrections_keep_only_the_corrected_value() {
     assert_eq!(facts("My sister lives in Leeds — sorry, I meant Bath."), ["My sister lives in Bath"]);
     assert_eq!(facts("Sorry, I meant GitLab, not GitHub."), ["Sorry, I meant GitLab, not GitHub"]);
