@@ -422,9 +422,15 @@ static CHATTER: LazyLock<[Vec<String>; 3]> = LazyLock::new(|| {
     })
 });
 
-/// What is left of `text` once every filler, chatter and social phrase is
-/// taken out: nothing (no letters) means the clause says nothing.
+/// Whether nothing (no letters) is left of `text` once every filler,
+/// chatter and social phrase is taken out: the clause says nothing.
 fn is_only_chatter(text: &str, lang: Lang) -> bool {
+    !beyond_chatter(text, lang).chars().any(char::is_alphanumeric)
+}
+
+/// What is left of `text` once every filler, chatter and social phrase is
+/// taken out.
+fn beyond_chatter(text: &str, lang: Lang) -> String {
     let all = &CHATTER[lang as usize];
     let mut rest = text.to_lowercase();
     if lang == Lang::En {
@@ -450,7 +456,7 @@ fn is_only_chatter(text: &str, lang: Lang) -> bool {
             }
         }
     }
-    !rest.chars().any(char::is_alphanumeric)
+    rest
 }
 
 /// Whether a clause of a user's message carries no fact: greetings, thanks,
@@ -479,7 +485,7 @@ pub(crate) fn is_chatter(clause: &str, inherited_self: bool) -> bool {
     if starts_social && !speaks_of_self(&body, lang) {
         return true;
     }
-    if own || cues.correction || cues.restatement || slot::find(&body, lang).is_some() {
+    if own || cues.correction || cues.restatement || unsaid_speaker(&body, lang) || slot::find(&body, lang).is_some() {
         return false;
     }
     // Nothing of the speaker's and short: a remark ("Wild finish").
@@ -488,6 +494,19 @@ pub(crate) fn is_chatter(clause: &str, inherited_self: bool) -> bool {
         _ => body.chars().filter(|c| c.is_alphanumeric()).count() / 2,
     };
     size <= 4
+}
+
+/// Whether a Chinese clause is a predicate of the speaker left unsaid, as
+/// Chinese does (不吃辣, 在学吉他, 最近在学日语, 刚换了新工作): after an
+/// optional time word (`when` in `lexicon/chat.txt`), it opens with an
+/// `unsaid` word, and two characters or more are left beside chatter
+/// (不知道也没事 is a remark: 也).
+fn unsaid_speaker(body: &str, lang: Lang) -> bool {
+    if lang != Lang::Zh || beyond_chatter(body, lang).chars().filter(|c| c.is_alphanumeric()).count() < 2 {
+        return false;
+    }
+    let after_when = phrases("when", lang).iter().find_map(|when| strip_phrase(body, when, lang)).unwrap_or(body);
+    phrases("unsaid", lang).iter().any(|word| strip_phrase(after_when, word, lang).is_some_and(|rest| !rest.is_empty()))
 }
 
 /// Sentences of a message: split after `.` `!` `?` (followed by a space or

@@ -77,6 +77,21 @@ fn an_ask_to_remember_keeps_the_fact_without_the_ask_in_three_languages() {
 }
 
 #[test]
+fn a_chinese_fact_with_the_speaker_unsaid_is_kept_and_a_remark_is_not() {
+    for text in ["不吃辣。", "在学吉他。", "最近在学日语。", "刚换了新工作。", "今年在准备考研。", "每天跑五公里。", "没养过宠物。"]
+    {
+        assert_eq!(facts(text), [text.trim_end_matches('。')], "{text}");
+    }
+    for text in
+        ["不错！", "没关系。", "不知道。", "太好了！", "有道理。", "天气真好。", "不客气～", "没想到。", "不会吧！", "不知道也没事。"]
+    {
+        assert_eq!(facts(text), Vec::<String>::new(), "{text}");
+    }
+    // And Japanese thanks for help are no fact.
+    assert_eq!(facts("ありがとう、助かりました！"), Vec::<String>::new());
+}
+
+#[test]
 fn corrections_keep_only_the_corrected_value() {
     assert_eq!(facts("My sister lives in Leeds — sorry, I meant Bath."), ["My sister lives in Bath"]);
     assert_eq!(facts("Sorry, I meant GitLab, not GitHub."), ["Sorry, I meant GitLab, not GitHub"]);
