@@ -496,18 +496,34 @@ pub(crate) fn is_chatter(clause: &str, inherited_self: bool) -> bool {
     size <= 4
 }
 
-/// Whether a Chinese clause is a predicate of the speaker left unsaid, as
-/// Chinese does (不吃辣, 在学吉他, 最近在学日语, 刚换了新工作): after an
-/// optional time word (`when` in `lexicon/chat.txt`), it opens with an
-/// `unsaid` word, and two characters or more are left beside chatter
-/// (不知道也没事 is a remark: 也).
+/// Whether a clause is a predicate of the speaker left unsaid, as Chinese
+/// does (不吃辣, 在学吉他, 最近在学日语, 刚换了新工作: after an optional
+/// time word, `when` in `lexicon/chat.txt`, it opens with an `unsaid`
+/// word, and two characters or more are left beside chatter: 不知道也没事
+/// is a remark) and English diary style does ("Learning Rust these days":
+/// an `unsaid` activity verb and an object that is no bare pronoun).
 fn unsaid_speaker(body: &str, lang: Lang) -> bool {
-    if lang != Lang::Zh || beyond_chatter(body, lang).chars().filter(|c| c.is_alphanumeric()).count() < 2 {
-        return false;
+    match lang {
+        Lang::Zh if beyond_chatter(body, lang).chars().filter(|c| c.is_alphanumeric()).count() >= 2 => {
+            let after_when = phrases("when", lang).iter().find_map(|when| strip_phrase(body, when, lang)).unwrap_or(body);
+            phrases("unsaid", lang).iter().any(|word| strip_phrase(after_when, word, lang).is_some_and(|rest| !rest.is_empty()))
+        }
+        // "Learning Rust these days", "Loving the new keyboard"; not
+        // "Loving it" or "Reading this" (a remark on something at hand).
+        Lang::En => phrases("unsaid", lang).iter().any(|word| {
+            strip_phrase(body, word, lang).is_some_and(|rest| {
+                let words: Vec<String> =
+                    rest.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase()).collect();
+                words.first().is_some_and(|first| !BARE_OBJECTS.contains(&first.as_str()))
+            })
+        }),
+        _ => false,
     }
-    let after_when = phrases("when", lang).iter().find_map(|when| strip_phrase(body, when, lang)).unwrap_or(body);
-    phrases("unsaid", lang).iter().any(|word| strip_phrase(after_when, word, lang).is_some_and(|rest| !rest.is_empty()))
 }
+
+/// Objects that leave an English clause about something at hand, not a
+/// fact of the speaker's ("Loving it", "Reading this now").
+const BARE_OBJECTS: &[&str] = &["it", "this", "that", "these", "those", "there", "here", "them", "out", "up", "on", "around"];
 
 /// Sentences of a message: split after `.` `!` `?` (followed by a space or
 /// the end), `。` `！` `？` and line breaks.

@@ -79,7 +79,7 @@ fn an_ask_to_remember_keeps_the_fact_without_the_ask_in_three_languages() {
 }
 
 #[test]
-fn a_chinese_fact_with_the_speaker_unsaid_is_kept_and_a_remark_is_not() {
+fn a_fact_with_the_speaker_unsaid_is_kept_and_a_remark_is_not() {
     for text in ["不吃辣。", "在学吉他。", "最近在学日语。", "刚换了新工作。", "今年在准备考研。", "每天跑五公里。", "没养过宠物。"]
     {
         assert_eq!(facts(text), [text.trim_end_matches('。')], "{text}");
@@ -91,6 +91,13 @@ fn a_chinese_fact_with_the_speaker_unsaid_is_kept_and_a_remark_is_not() {
     }
     // And Japanese thanks for help are no fact.
     assert_eq!(facts("ありがとう、助かりました！"), Vec::<String>::new());
+    // English diary style: an activity with its object is the speaker's.
+    for text in ["Learning Rust these days.", "Loving the new keyboard!", "Training for a marathon.", "Saving for a house."] {
+        assert_eq!(facts(text), [text.trim_end_matches(['.', '!'])], "{text}");
+    }
+    for text in ["Loving it!", "Reading this now.", "Working on it.", "Getting there.", "Sounds good.", "Wild finish."] {
+        assert_eq!(facts(text), Vec::<String>::new(), "{text}");
+    }
 }
 
 #[test]
