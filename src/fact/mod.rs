@@ -523,7 +523,8 @@ fn unsaid_speaker(body: &str, lang: Lang) -> bool {
 
 /// Objects that leave an English clause about something at hand, not a
 /// fact of the speaker's ("Loving it", "Reading this now").
-const BARE_OBJECTS: &[&str] = &["it", "this", "that", "these", "those", "there", "here", "them", "out", "up", "on", "around"];
+const BARE_OBJECTS: &[&str] =
+    &["it", "this", "that", "these", "those", "there", "here", "them", "out", "up", "on", "around", "now", "soon", "again"];
 
 /// Sentences of a message: split after `.` `!` `?` (followed by a space or
 /// the end), `。` `！` `？` and line breaks.
