@@ -19,8 +19,34 @@ fn greetings_thanks_questions_and_chatter_say_nothing_in_three_languages() {
         "こんにちは！",
         "なるほど、ありがとうございます！",
         "Pythonのリスト内包表記ってどう書くんですか？",
+        // Acknowledgements of what the assistant said.
+        "I see.",
+        "I agree!",
+        "Me too!",
+        "I didn't know that!",
+        "I'll try, thanks.",
+        "我知道了。",
+        "我同意。",
+        "我也是！",
+        "おやすみなさい！",
+        "そうなんだ。",
+        "確かに。",
+        "それは知らなかった。",
+        "頑張ります！",
+        "楽しかったです！",
+        "私もです。",
+        "ちょっと待ってください。",
     ] {
         assert_eq!(facts(text), Vec::<String>::new(), "{text}");
+    }
+    // The same words with a fact of the speaker's are a fact.
+    for (text, fact) in [
+        ("I know Python and Go.", "I know Python and Go"),
+        ("我也是医生。", "我也是医生"),
+        ("私も東京に住んでいます。", "私も東京に住んでいます"),
+        ("I agree with my manager Kenji about remote work.", "I agree with my manager Kenji about remote work"),
+    ] {
+        assert_eq!(facts(text), [fact], "{text}");
     }
 }
 
