@@ -95,7 +95,11 @@ fn patterns(kind: &str, lang: Lang) -> &'static [Regex] {
 
 /// Punctuation that may follow an opener ("Big news:", "Actually,", 实は、).
 fn is_separator(c: char) -> bool {
-    matches!(c, ',' | ':' | ';' | '!' | '-' | '—' | '–' | '，' | '：' | '、' | '！' | '…' | '~' | '～') || c.is_whitespace()
+    // Control characters too: a NUL after "Please remember that" began
+    // the stored fact.
+    matches!(c, ',' | ':' | ';' | '!' | '-' | '—' | '–' | '，' | '：' | '、' | '！' | '…' | '~' | '～')
+        || c.is_whitespace()
+        || c.is_control()
 }
 
 /// `text` without the leading `phrase` (case-insensitive; English on a word

@@ -80,6 +80,7 @@ fn an_ask_to_remember_keeps_the_fact_without_the_ask_in_three_languages() {
         ("Note that my manager is Kenji", "my manager is Kenji"),
         ("Can you remember that my locker code is 4412?", "my locker code is 4412"),
         ("For future reference, my dentist is Lee Park", "my dentist is Lee Park"),
+        ("Please remember that\u{0}my pin is 1234", "my pin is 1234"),
         ("I'm allergic to penicillin, so please keep that in mind.", "I'm allergic to penicillin"),
         ("My gate code is 2231, remember that!", "My gate code is 2231"),
         ("请记住我的航班是早上9点", "我的航班是早上9点"),
