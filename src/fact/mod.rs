@@ -877,7 +877,57 @@ pub(crate) fn third_person(sentence: &str) -> String {
         }
         _ => return s.to_owned(),
     };
-    swap_possessives(&stored, POSSESSIVES)
+    swap_subjects(&swap_possessives(&stored, POSSESSIVES))
+}
+
+/// The speaker's own pronouns inside a statement already rewritten to the
+/// user ("Thinks I'm going to switch to Neovim" → "Thinks they're going to
+/// switch to Neovim", "Sister taught me Rust" → "Sister taught them Rust"):
+/// left as they were, they read as whoever reads the memory. "they" takes
+/// the verb forms "I" does, but for "I am" and "I was". A bare "I" after a
+/// capitalized word other than the first ("World War I", "Part I") is a
+/// numeral and stays.
+fn swap_subjects(text: &str) -> String {
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out: Vec<String> = Vec::with_capacity(words.len());
+    let mut skip_next = false;
+    for (n, word) in words.iter().enumerate() {
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        let core = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let lower = core.to_lowercase().replace('\u{2019}', "'");
+        let to = match lower.as_str() {
+            "i'm" => Some("they're".to_owned()),
+            "i'll" => Some("they'll".to_owned()),
+            "i've" => Some("they've".to_owned()),
+            "i'd" => Some("they'd".to_owned()),
+            "me" => Some("them".to_owned()),
+            "i" if core == word.trim_end_matches(|c: char| !c.is_alphanumeric()) => {
+                let numeral = n > 1 && words[n - 1].chars().next().is_some_and(char::is_uppercase);
+                let next = words.get(n + 1).map(|w| w.to_lowercase());
+                match next.as_deref() {
+                    _ if numeral => None,
+                    Some("am") => {
+                        skip_next = true;
+                        Some("they are".to_owned())
+                    }
+                    Some("was") => {
+                        skip_next = true;
+                        Some("they were".to_owned())
+                    }
+                    Some(next) if next.starts_with(|c: char| c.is_alphabetic()) => Some("they".to_owned()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        out.push(match to {
+            Some(to) if !core.is_empty() => word.replacen(core, &to, 1),
+            _ => (*word).to_owned(),
+        });
+    }
+    out.join(" ")
 }
 
 /// The speaker's possessives and their stored forms: "I keep my bike in

@@ -58,7 +58,7 @@ fn dry_run_and_real_run_agree_and_every_write_is_audited() {
     assert_eq!(counts.expired, 1, "{dry:#?}");
     assert_eq!(counts.decayed, 1, "the 90-day-old fact: {dry:#?}");
     assert_eq!(counts.archived, 1, "{dry:#?}");
-    assert_eq!(dry.promotions[0].content, "Prefers dark mode in every editor I use.");
+    assert_eq!(dry.promotions[0].content, "Prefers dark mode in every editor they use.");
     assert_eq!(dry.promotions[0].sessions, vec!["s1".to_owned(), "s2".to_owned()]);
     assert!(dry.summaries.iter().any(|s| s.content.contains("expired TLS certificate") && s.sources.len() == 3), "{:#?}", dry.summaries);
     assert!(dry.summaries.iter().all(|s| s.atom_id.is_none()));
