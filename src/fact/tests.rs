@@ -36,6 +36,11 @@ fn greetings_thanks_questions_and_chatter_say_nothing_in_three_languages() {
         "楽しかったです！",
         "私もです。",
         "ちょっと待ってください。",
+        // A hedge alone, or over an opinion of what was just said.
+        "I think so.",
+        "I think you're right.",
+        "I guess that's a good idea!",
+        "I think that's great.",
     ] {
         assert_eq!(facts(text), Vec::<String>::new(), "{text}");
     }
@@ -45,6 +50,9 @@ fn greetings_thanks_questions_and_chatter_say_nothing_in_three_languages() {
         ("我也是医生。", "我也是医生"),
         ("私も東京に住んでいます。", "私も東京に住んでいます"),
         ("I agree with my manager Kenji about remote work.", "I agree with my manager Kenji about remote work"),
+        ("I think my sister lives in Lyon.", "I think my sister lives in Lyon"),
+        ("You're right, I live in Bath now.", "I live in Bath now"),
+        ("I believe my passport expires in March.", "I believe my passport expires in March"),
     ] {
         assert_eq!(facts(text), [fact], "{text}");
     }
