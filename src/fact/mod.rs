@@ -903,6 +903,8 @@ fn swap_subjects(text: &str) -> String {
             "i've" => Some("they've".to_owned()),
             "i'd" => Some("they'd".to_owned()),
             "me" => Some("them".to_owned()),
+            // A bare "I" right after a quote mark or bracket stays: the
+            // words as someone said them.
             "i" if core == word.trim_end_matches(|c: char| !c.is_alphanumeric()) => {
                 let numeral = n > 1 && words[n - 1].chars().next().is_some_and(char::is_uppercase);
                 let next = words.get(n + 1).map(|w| w.to_lowercase());
@@ -923,8 +925,8 @@ fn swap_subjects(text: &str) -> String {
             _ => None,
         };
         out.push(match to {
-            Some(to) if !core.is_empty() => word.replacen(core, &to, 1),
-            _ => (*word).to_owned(),
+            Some(to) => word.replacen(core, &to, 1),
+            None => (*word).to_owned(),
         });
     }
     out.join(" ")
