@@ -197,6 +197,33 @@ fn main() {
         if let Some((e50, e95)) = dialogue_embedding {
             println!("dialogue recall at {n:>6} atoms, query embedding included: p50={:.3} ms p95={:.3} ms", d50 + e50, d95 + e95);
         }
+        // An agent in another repository of the same tenant: it sees its
+        // own 100 memories (and none of the tenant-wide ones here), and one
+        // in a repository without any sees nothing. Their vector searches
+        // run over a graph full of vectors they may not see.
+        let elsewhere = Caller::new(Scope::tenant("bench").with_workspace("acme").with_repository("elsewhere"), "bench");
+        let nowhere = Caller::new(Scope::tenant("bench").with_workspace("acme").with_repository("nowhere"), "bench");
+        for i in 0..100 {
+            memory.memorize(&elsewhere, MemorizeRequest::new(sentence(n + i))).expect("memorize");
+        }
+        for (label, who, finds) in [("a repository of 100", &elsewhere, true), ("an empty repository", &nowhere, false)] {
+            let mut confined: Vec<Duration> = Vec::new();
+            for round in 0..25 {
+                for q in QUERIES {
+                    let request = RecallRequest { record: false, ..RecallRequest::new(format!("{q} {round}")) };
+                    let t = Instant::now();
+                    let outcome = memory.recall(who, request).expect("recall");
+                    confined.push(t.elapsed());
+                    assert!(finds || outcome.atoms.is_empty(), "an empty repository finds nothing");
+                }
+            }
+            confined.sort();
+            println!(
+                "recall at {n:>6} atoms from {label}, query embedding excluded: p50={:.3} ms p95={:.3} ms",
+                percentile_ms(&confined, 0.5),
+                percentile_ms(&confined, 0.95)
+            );
+        }
         let stats = memory.stats(&caller).expect("stats");
         println!(
             "store at {n:>6} atoms: rss={:.0} MiB, keyword={}, semantic={}, edges={}",

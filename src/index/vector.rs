@@ -237,12 +237,33 @@ struct Inner {
     classes: Classes,
     vectors: Vectors,
     by_tenant: HashMap<String, KeySet<u64>>,
+    /// The keys of each class's entries, by class id: a search that may see
+    /// few of the graph's vectors scans just those.
+    by_class: Vec<KeySet<u64>>,
     hnsw: Option<usearch::Index>,
     applied_version: u64,
     saved_version: u64,
     /// Whether vectors, statuses or the graph changed since the file was
     /// written (else a save only moves the file's version forward).
     dirty: bool,
+}
+
+impl Inner {
+    /// The id of the class, its key set made when it is new.
+    fn class(&mut self, tenant: &str, repo_key: &str, status: &str) -> u32 {
+        let id = self.classes.intern(tenant, repo_key, status);
+        if self.by_class.len() <= id as usize {
+            self.by_class.resize_with(id as usize + 1, KeySet::default);
+        }
+        id
+    }
+
+    /// Moves `key` out of its class's key set.
+    fn unclass(&mut self, key: u64, class: u32) {
+        if let Some(keys) = self.by_class.get_mut(class as usize) {
+            keys.remove(&key);
+        }
+    }
 }
 
 /// The vector index for one embedder.
@@ -282,6 +303,17 @@ fn hnsw_of(dims: usize, quantization: usearch::ScalarKind) -> Result<usearch::In
     usearch::Index::new(&options).map_err(|e| VectorError::Usearch(e.to_string()))
 }
 
+/// Whether scoring the `seen` vectors a search may see costs less than a
+/// filtered walk of a graph of `graph` vectors. A scan costs one dot
+/// product per vector seen; the walk costs about what an unfiltered search
+/// does divided by the share it may see, and an unfiltered search costs
+/// about a scan of [`EXACT_LIMIT`] vectors (where the index starts using
+/// the graph at all). So: scan while `seen² ≤ EXACT_LIMIT × graph`, which
+/// is the old rule when every vector is visible.
+fn scan_is_cheaper(seen: usize, graph: usize) -> bool {
+    (seen as u128) * (seen as u128) <= (EXACT_LIMIT as u128) * (graph as u128)
+}
+
 /// Dot product with eight independent accumulators, so the compiler can
 /// vectorize it (a plain fold is sequential under strict float semantics).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -304,6 +336,7 @@ impl VectorIndex {
             classes: Classes::default(),
             vectors: Vectors::new(dims),
             by_tenant: HashMap::new(),
+            by_class: Vec::new(),
             hnsw: None,
             applied_version: 0,
             saved_version: 0,
@@ -315,8 +348,10 @@ impl VectorIndex {
                 Ok(Some(Loaded { version, entries, classes, vectors, graph, upgraded })) => {
                     inner.entries.reserve(entries.len());
                     inner.vectors = vectors;
+                    inner.by_class.resize_with(classes.all.len(), KeySet::default);
                     for (key, entry) in entries {
                         inner.by_tenant.entry(classes.get(entry.class).tenant.clone()).or_default().insert(key);
+                        inner.by_class[entry.class as usize].insert(key);
                         inner.entries.insert(key, entry);
                     }
                     inner.classes = classes;
@@ -424,6 +459,7 @@ impl VectorIndex {
             }
             let slot = match inner.entries.remove(&key) {
                 Some(old) => {
+                    inner.unclass(key, old.class);
                     // An atom that changes tenant leaves the old one's set.
                     let old_tenant = inner.classes.get(old.class).tenant.clone();
                     if old_tenant != tenant
@@ -437,7 +473,8 @@ impl VectorIndex {
                 None => inner.vectors.add(&vector)?,
             };
             inner.by_tenant.entry(tenant.to_owned()).or_default().insert(key);
-            let class = inner.classes.intern(tenant, repo_key, status);
+            let class = inner.class(tenant, repo_key, status);
+            inner.by_class[class as usize].insert(key);
             inner.entries.insert(key, Entry { atom_id, class, slot });
             inner.applied_version = inner.applied_version.max(version);
             inner.dirty = true;
@@ -450,18 +487,20 @@ impl VectorIndex {
         let mut guard = self.write();
         let inner = &mut *guard;
         inner.applied_version = inner.applied_version.max(version);
-        match inner.entries.get_mut(&key_of(atom_id)) {
-            Some(entry) => {
-                let Class { tenant, repo_key, status: old } = inner.classes.get(entry.class);
-                if old != status {
-                    let (tenant, repo_key) = (tenant.clone(), repo_key.clone());
-                    entry.class = inner.classes.intern(&tenant, &repo_key, status);
-                    inner.dirty = true;
-                }
-                true
+        let key = key_of(atom_id);
+        let Some(old) = inner.entries.get(&key).map(|entry| entry.class) else { return false };
+        let Class { tenant, repo_key, status: old_status } = inner.classes.get(old);
+        if old_status != status {
+            let (tenant, repo_key) = (tenant.clone(), repo_key.clone());
+            let class = inner.class(&tenant, &repo_key, status);
+            inner.unclass(key, old);
+            inner.by_class[class as usize].insert(key);
+            if let Some(entry) = inner.entries.get_mut(&key) {
+                entry.class = class;
             }
-            None => false,
+            inner.dirty = true;
         }
+        true
     }
 
     /// Removes an atom.
@@ -470,6 +509,7 @@ impl VectorIndex {
         let mut inner = self.write();
         if let Some(entry) = inner.entries.remove(&key) {
             inner.vectors.release(entry.slot);
+            inner.unclass(key, entry.class);
             let tenant = inner.classes.get(entry.class).tenant.clone();
             if let Some(keys) = inner.by_tenant.get_mut(&tenant) {
                 keys.remove(&key);
@@ -508,6 +548,7 @@ impl VectorIndex {
         inner.entries.clear();
         inner.vectors.clear();
         inner.by_tenant.clear();
+        inner.by_class.iter_mut().for_each(KeySet::clear);
         inner.hnsw = None;
         inner.applied_version = 0;
         inner.dirty = true;
@@ -535,16 +576,28 @@ impl VectorIndex {
             .iter()
             .map(|c| statuses.contains(&c.status.as_str()) && repo_keys.contains(&c.repo_key) && c.tenant == tenant)
             .collect();
-        let allowed = |entry: &Entry| visible[entry.class as usize];
-        let mut hits: Vec<(AtomId, f32)> = match (&inner.hnsw, keys.len() > EXACT_LIMIT) {
-            (Some(hnsw), true) => {
+        // How many vectors it may see: a filtered graph search visits
+        // nodes until it has found enough of them, so the fewer there are
+        // the more of the graph it walks (all of it when there are none:
+        // 4-5 ms per model at 10k vectors, for an agent in a repository
+        // holding none of the tenant's memories).
+        let seen: usize = visible.iter().zip(&inner.by_class).filter(|(v, _)| **v).map(|(_, keys)| keys.len()).sum();
+        if seen == 0 {
+            return Ok(Vec::new());
+        }
+        let graph = match &inner.hnsw {
+            Some(hnsw) if keys.len() > EXACT_LIMIT && !scan_is_cheaper(seen, hnsw.size()) => Some(hnsw),
+            _ => None,
+        };
+        let mut hits: Vec<(AtomId, f32)> = match graph {
+            Some(hnsw) => {
                 // When every class is visible (one tenant, one repository,
                 // every atom active: a single user's store) no filter is
                 // needed: every vector in the graph is an entry of one.
                 let matches = if visible.iter().all(|v| *v) {
                     hnsw.search(query, limit)
                 } else {
-                    hnsw.filtered_search(query, limit, |key| inner.entries.get(&key).is_some_and(allowed))
+                    hnsw.filtered_search(query, limit, |key| inner.entries.get(&key).is_some_and(|e| visible[e.class as usize]))
                 }
                 .map_err(|e| VectorError::Usearch(e.to_string()))?;
                 // The graph's f16 distances find the neighbours; their scores
@@ -555,10 +608,15 @@ impl VectorIndex {
                     .filter_map(|key| inner.entries.get(key).map(|e| (e.atom_id, dot(inner.vectors.get(e.slot), query))))
                     .collect()
             }
-            _ => keys
+            None => visible
                 .iter()
+                .zip(&inner.by_class)
+                .filter(|(v, _)| **v)
+                .flat_map(|(_, keys)| keys.iter())
                 .filter_map(|key| inner.entries.get(key))
-                .filter(|entry| allowed(entry))
+                // Each key is in its entry's class's set only (tested), but
+                // confinement does not rest on that bookkeeping.
+                .filter(|entry| visible[entry.class as usize])
                 .map(|entry| (entry.atom_id, dot(inner.vectors.get(entry.slot), query)))
                 .collect(),
         };
@@ -1149,6 +1207,114 @@ mod tests {
         // A status set back: visible again.
         assert!(reopened.set_status(atoms[3].0, "active", version + 1));
         assert_eq!(top(&reopened, &atoms[3].1)[0], atoms[3].0);
+    }
+
+    #[test]
+    fn a_search_that_may_see_few_of_the_graphs_vectors_scores_each_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let atoms = scattered(EXACT_LIMIT + 300);
+        let (big, small) = atoms.split_at(EXACT_LIMIT + 250);
+        let index = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+        let mut version = 0;
+        for (id, v) in big {
+            version += 1;
+            index.upsert(*id, "t", "a/r", "active", v.clone(), version).unwrap();
+        }
+        for (id, v) in small {
+            version += 1;
+            index.upsert(*id, "t", "a/small", "active", v.clone(), version).unwrap();
+        }
+        assert!(index.read().hnsw.is_some(), "the partition has a graph");
+        assert!(scan_is_cheaper(small.len(), atoms.len()), "50 of {} are scanned", atoms.len());
+        // Exactly the best of the ones it may see, in order, scored in f32.
+        let expect = |members: &[(AtomId, Vec<f32>)], query: &[f32]| {
+            let mut all: Vec<(AtomId, f32)> = members.iter().map(|(id, v)| (*id, dot(v, query))).collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all.truncate(10);
+            all
+        };
+        let check = |index: &VectorIndex, members: &[(AtomId, Vec<f32>)]| {
+            for (_, query) in atoms.iter().step_by(211) {
+                assert_eq!(index.search("t", &["a/small".into()], &["active"], query, 10).unwrap(), expect(members, query));
+            }
+        };
+        check(&index, small);
+        // A repository holding nothing finds nothing, without a walk.
+        assert!(index.search("t", &["a/none".into()], &["active"], &small[0].1, 10).unwrap().is_empty());
+        assert!(index.search("nobody", &["a/small".into()], &["active"], &small[0].1, 10).unwrap().is_empty());
+        // Status changes, removals and moves between repositories keep each
+        // class's keys right, in memory and after a save and an open.
+        assert!(index.set_status(small[0].0, "negated", version + 1));
+        index.remove(small[1].0, version + 2);
+        index.upsert(big[0].0, "t", "a/small", "active", big[0].1.clone(), version + 3).unwrap();
+        index.upsert(small[1].0, "t", "a/r", "active", small[1].1.clone(), version + 4).unwrap();
+        classes_agree(&index);
+        let mut members: Vec<(AtomId, Vec<f32>)> = small[2..].to_vec();
+        members.push(big[0].clone());
+        check(&index, &members);
+        let negated = index.search("t", &["a/small".into()], &["negated"], &small[0].1, 10).unwrap();
+        assert_eq!(negated.iter().map(|h| h.0).collect::<Vec<_>>(), vec![small[0].0]);
+        assert!(!top(&index, &big[0].1).contains(&big[0].0), "moved out of a/r");
+        index.persist().unwrap();
+        drop(index);
+        let reopened = VectorIndex::open(Some(dir.path()), "test:8", 8).unwrap();
+        classes_agree(&reopened);
+        check(&reopened, &members);
+        reopened.clear();
+        classes_agree(&reopened);
+        assert!(reopened.search("t", &["a/small".into()], &["active"], &small[2].1, 10).unwrap().is_empty());
+    }
+
+    /// Every entry's key is in its class's set, and in no other.
+    fn classes_agree(index: &VectorIndex) {
+        let inner = index.read();
+        for (key, entry) in &inner.entries {
+            assert!(inner.by_class[entry.class as usize].contains(key), "an entry missing from its class");
+        }
+        for (class, keys) in inner.by_class.iter().enumerate() {
+            for key in keys {
+                assert_eq!(inner.entries.get(key).map(|e| e.class as usize), Some(class), "a key left in a class it is not in");
+            }
+        }
+    }
+
+    #[test]
+    fn a_search_that_may_see_most_of_the_graphs_vectors_walks_it_with_its_filter() {
+        let atoms = scattered(EXACT_LIMIT + 300);
+        let index = VectorIndex::open(None, "test:8", 8).unwrap();
+        for (i, (id, v)) in atoms.iter().enumerate() {
+            index.upsert(*id, "t", "a/r", "active", v.clone(), i as u64 + 1).unwrap();
+        }
+        let hidden = |i: usize| i % 50 == 7;
+        for (i, (id, _)) in atoms.iter().enumerate() {
+            if hidden(i) {
+                assert!(index.set_status(*id, "negated", (atoms.len() + i) as u64));
+            }
+        }
+        let seen = (0..atoms.len()).filter(|i| !hidden(*i)).count();
+        assert!(!scan_is_cheaper(seen, atoms.len()), "{seen} of {} are found through the graph", atoms.len());
+        let hidden_ids: std::collections::HashSet<AtomId> =
+            atoms.iter().enumerate().filter(|(i, _)| hidden(*i)).map(|(_, (id, _))| *id).collect();
+        for j in (0..atoms.len()).step_by(43) {
+            let hits = top(&index, &atoms[j].1);
+            assert_eq!(hits.len(), 10);
+            assert!(hits.iter().all(|id| !hidden_ids.contains(id)), "query {j}: a negated vector was returned");
+            if !hidden(j) {
+                assert_eq!(hits[0], atoms[j].0, "query {j}: its own vector first");
+            }
+        }
+    }
+
+    #[test]
+    fn a_scan_is_chosen_where_it_costs_less_than_a_filtered_walk() {
+        // Every vector visible: the rule the index always had.
+        assert!(scan_is_cheaper(EXACT_LIMIT, EXACT_LIMIT));
+        assert!(!scan_is_cheaper(EXACT_LIMIT + 1, EXACT_LIMIT + 1));
+        // Few visible in a large graph: scanned, up to the square root.
+        assert!(scan_is_cheaper(20_000, 100_000));
+        assert!(!scan_is_cheaper(20_300, 100_000));
+        assert!(scan_is_cheaper(0, 0));
+        assert!(!scan_is_cheaper(usize::MAX, 1));
     }
 
     /// `n` pseudo-random unit vectors of 8 dimensions, with their ids.
