@@ -206,11 +206,16 @@ pub(crate) fn rank(
     // so far rank highest are read on the idle core.
     let at = hydrate::Recall { store, indexes, config, scope, request, query: &query };
     let mut already_read = std::collections::HashMap::new();
+    // One span per stage (with HMG_LOG_SPANS each logs its time as it
+    // closes): the candidate lists, query embedding included; fusion and
+    // expansion; hydration.
+    let stage = tracing::debug_span!("candidates").entered();
     let lists = candidates::gather(indexes, config, &query, &mut |so_far, done| {
         let mut guess = fuse::fuse(so_far, config, query.terms.len());
         expand::expand(&mut guess, indexes, config);
         already_read = hydrate::read_ahead(guess, &at, done);
     })?;
+    drop(stage);
     tracing::debug!(
         keyword = lists.keyword.len(),
         semantic = lists.semantic.len(),
@@ -218,10 +223,12 @@ pub(crate) fn rank(
         elapsed_us = started.elapsed().as_micros() as u64,
         "candidates"
     );
+    let stage = tracing::debug_span!("fuse").entered();
     let mut candidates = fuse::fuse(&lists, config, query.terms.len());
     expand::expand(&mut candidates, indexes, config);
+    drop(stage);
     tracing::debug!(candidates = candidates.len(), elapsed_us = started.elapsed().as_micros() as u64, "fused and expanded");
-    let results = hydrate::hydrate(candidates, already_read, &at)?;
+    let results = tracing::debug_span!("hydrate").in_scope(|| hydrate::hydrate(candidates, already_read, &at))?;
     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "hydrated");
     Ok(results)
 }
