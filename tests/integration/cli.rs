@@ -163,6 +163,17 @@ fn export_import_and_scope_overrides() {
     let out = hmg(&store, &repo, &["export", "--format", "turtle"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("turtle"));
+
+    // Content lines go to the scope of the working directory, and the
+    // summary says which: inside the checkout only its agents see them.
+    let lines = tmp.path().join("lines.jsonl");
+    std::fs::write(&lines, "{\"content\": \"The build cache lives on the NAS\"}\n").unwrap();
+    let out = hmg(&other_store, &repo, &["import", lines.to_str().unwrap()]);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains("1 applied") && summary.contains("repository acme/widgets"), "{summary}");
+    let out = hmg(&other_store, tmp.path(), &["import", lines.to_str().unwrap()]);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains("1 applied") && summary.contains("tenant-wide"), "{summary}");
 }
 
 #[test]

@@ -192,7 +192,21 @@ fn import(memory: &Memory, caller: &Caller, file: &Path, o: &mut Output<'_>) -> 
     if let Some(error) = progress_error {
         return Err(CliError::Output(error));
     }
-    writeln!(o.err, "imported {} lines: {} applied, {} no_op, {} rejected", report.lines, report.applied, report.no_op, report.rejected)?;
+    // Content lines are written in the caller's scope, taken from the
+    // working directory: an import run inside a checkout is seen by agents
+    // in that repository only, so the summary says where they went.
+    let scope = &caller.scope;
+    let place = match (&scope.workspace, &scope.repository) {
+        (None, None) => "tenant-wide".to_owned(),
+        (workspace, repository) => {
+            format!("repository {}/{}", workspace.as_deref().unwrap_or(""), repository.as_deref().unwrap_or(""))
+        }
+    };
+    writeln!(
+        o.err,
+        "imported {} lines: {} applied, {} no_op, {} rejected (new memories: tenant {}, {place})",
+        report.lines, report.applied, report.no_op, report.rejected, scope.tenant_id
+    )?;
     Ok(if report.rejected > 0 { Exit::Rejected } else { Exit::Ok })
 }
 
