@@ -236,9 +236,9 @@ struct Inner {
     entries: KeyMap<u64, Entry>,
     classes: Classes,
     vectors: Vectors,
-    by_tenant: HashMap<String, KeySet<u64>>,
     /// The keys of each class's entries, by class id: a search that may see
-    /// few of the graph's vectors scans just those.
+    /// few of the graph's vectors scans just those, and a tenant's partition
+    /// is the sum of its classes.
     by_class: Vec<KeySet<u64>>,
     hnsw: Option<usearch::Index>,
     applied_version: u64,
@@ -256,6 +256,20 @@ impl Inner {
             self.by_class.resize_with(id as usize + 1, KeySet::default);
         }
         id
+    }
+
+    /// How many entries `tenant` has (its partition).
+    fn tenant_len(&self, tenant: &str) -> usize {
+        self.classes.all.iter().zip(&self.by_class).filter(|(c, _)| c.tenant == tenant).map(|(_, keys)| keys.len()).sum()
+    }
+
+    /// The size of the largest tenant's partition.
+    fn largest_tenant(&self) -> usize {
+        let mut sizes: HashMap<&str, usize> = HashMap::new();
+        for (class, keys) in self.classes.all.iter().zip(&self.by_class) {
+            *sizes.entry(class.tenant.as_str()).or_default() += keys.len();
+        }
+        sizes.into_values().max().unwrap_or(0)
     }
 
     /// Moves `key` out of its class's key set.
@@ -335,7 +349,6 @@ impl VectorIndex {
             entries: KeyMap::default(),
             classes: Classes::default(),
             vectors: Vectors::new(dims),
-            by_tenant: HashMap::new(),
             by_class: Vec::new(),
             hnsw: None,
             applied_version: 0,
@@ -350,7 +363,6 @@ impl VectorIndex {
                     inner.vectors = vectors;
                     inner.by_class.resize_with(classes.all.len(), KeySet::default);
                     for (key, entry) in entries {
-                        inner.by_tenant.entry(classes.get(entry.class).tenant.clone()).or_default().insert(key);
                         inner.by_class[entry.class as usize].insert(key);
                         inner.entries.insert(key, entry);
                     }
@@ -360,7 +372,7 @@ impl VectorIndex {
                     // A file without its graph is written again once the
                     // graph is built (below), so the next open loads it; an
                     // older format is written in the current one.
-                    inner.dirty = upgraded || (graph.is_none() && inner.by_tenant.values().any(|keys| keys.len() > EXACT_LIMIT));
+                    inner.dirty = upgraded || (graph.is_none() && inner.largest_tenant() > EXACT_LIMIT);
                     inner.hnsw = graph;
                 }
                 Ok(None) => {}
@@ -419,8 +431,7 @@ impl VectorIndex {
     /// none; whether it did.
     fn rebuild_hnsw_if_needed(&self) -> Result<bool, VectorError> {
         let mut inner = self.write();
-        let largest = inner.by_tenant.values().map(KeySet::len).max().unwrap_or(0);
-        if largest <= EXACT_LIMIT || inner.hnsw.is_some() {
+        if inner.hnsw.is_some() || inner.largest_tenant() <= EXACT_LIMIT {
             return Ok(false);
         }
         let hnsw = new_hnsw(self.dims)?;
@@ -460,19 +471,11 @@ impl VectorIndex {
             let slot = match inner.entries.remove(&key) {
                 Some(old) => {
                     inner.unclass(key, old.class);
-                    // An atom that changes tenant leaves the old one's set.
-                    let old_tenant = inner.classes.get(old.class).tenant.clone();
-                    if old_tenant != tenant
-                        && let Some(keys) = inner.by_tenant.get_mut(&old_tenant)
-                    {
-                        keys.remove(&key);
-                    }
                     inner.vectors.set(old.slot, &vector);
                     old.slot
                 }
                 None => inner.vectors.add(&vector)?,
             };
-            inner.by_tenant.entry(tenant.to_owned()).or_default().insert(key);
             let class = inner.class(tenant, repo_key, status);
             inner.by_class[class as usize].insert(key);
             inner.entries.insert(key, Entry { atom_id, class, slot });
@@ -510,10 +513,6 @@ impl VectorIndex {
         if let Some(entry) = inner.entries.remove(&key) {
             inner.vectors.release(entry.slot);
             inner.unclass(key, entry.class);
-            let tenant = inner.classes.get(entry.class).tenant.clone();
-            if let Some(keys) = inner.by_tenant.get_mut(&tenant) {
-                keys.remove(&key);
-            }
             if let Some(hnsw) = &inner.hnsw {
                 let _ = hnsw.remove(key);
             }
@@ -539,7 +538,7 @@ impl VectorIndex {
 
     /// Vectors of `tenant`.
     pub fn count(&self, tenant: &str) -> u64 {
-        self.read().by_tenant.get(tenant).map_or(0, |k| k.len() as u64)
+        self.read().tenant_len(tenant) as u64
     }
 
     /// Deletes everything (before a rebuild).
@@ -547,7 +546,6 @@ impl VectorIndex {
         let mut inner = self.write();
         inner.entries.clear();
         inner.vectors.clear();
-        inner.by_tenant.clear();
         inner.by_class.iter_mut().for_each(KeySet::clear);
         inner.hnsw = None;
         inner.applied_version = 0;
@@ -568,7 +566,6 @@ impl VectorIndex {
             return Err(VectorError::Dimensions { expected: self.dims, got: query.len() });
         }
         let inner = self.read();
-        let Some(keys) = inner.by_tenant.get(tenant) else { return Ok(Vec::new()) };
         // Whether this search may see each class of entries.
         let visible: Vec<bool> = inner
             .classes
@@ -586,7 +583,7 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let graph = match &inner.hnsw {
-            Some(hnsw) if keys.len() > EXACT_LIMIT && !scan_is_cheaper(seen, hnsw.size()) => Some(hnsw),
+            Some(hnsw) if inner.tenant_len(tenant) > EXACT_LIMIT && !scan_is_cheaper(seen, hnsw.size()) => Some(hnsw),
             _ => None,
         };
         let mut hits: Vec<(AtomId, f32)> = match graph {
