@@ -26,7 +26,7 @@ use crate::atom::{Atom, AtomId};
 use crate::index::embed::{EmbedError, Embedder};
 use crate::index::graph::{AtomLinks, GraphIndex};
 use crate::index::keyword::{KeywordDoc, KeywordError, KeywordIndex};
-use crate::index::vector::{VectorError, VectorIndex};
+use crate::index::vector::{VectorError, VectorIndex, VectorUpsert};
 use crate::recent::Recent;
 use crate::store::{self, NamedQuery, Store, StoreError};
 
@@ -895,6 +895,7 @@ impl Indexes {
         vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)>,
     ) -> Result<(), IndexError> {
         let mut vectors = vectors;
+        let mut upserts = self.no_upserts();
         for id in atoms {
             let atom = load(store, tenant, *id)?;
             let precomputed = match vectors.iter().position(|(vid, _)| vid == id) {
@@ -902,9 +903,23 @@ impl Indexes {
                 None => Vec::new(),
             };
             match atom {
-                Some(atom) => self.index_atom(&atom, version, precomputed)?,
+                Some(atom) => self.index_atom(&atom, version, precomputed, &mut upserts)?,
                 None => self.forget(*id, version),
             }
+        }
+        self.upsert_vectors(upserts)
+    }
+
+    /// An empty list of vector upserts per model, for [`Self::index_atom`].
+    fn no_upserts(&self) -> Vec<Vec<VectorUpsert>> {
+        vec![Vec::new(); self.semantic.len()]
+    }
+
+    /// Applies the vector upserts [`Self::index_atom`] gathered, a batch
+    /// per model (one lock, the graph insertions on every core).
+    fn upsert_vectors(&self, upserts: Vec<Vec<VectorUpsert>>) -> Result<(), IndexError> {
+        for (s, upserts) in self.semantic.iter().zip(upserts) {
+            s.vectors.upsert_many(upserts)?;
         }
         Ok(())
     }
@@ -920,8 +935,16 @@ impl Indexes {
     }
 
     /// Indexes one atom; `vectors[i]` is a precomputed vector for
-    /// `semantic()[i]` (missing ones are computed or kept).
-    fn index_atom(&self, atom: &Atom, version: u64, mut vectors: Vec<Option<Vec<f32>>>) -> Result<(), IndexError> {
+    /// `semantic()[i]` (missing ones are computed or kept). Its new vectors
+    /// join `upserts` (per model), which the caller applies with
+    /// [`Self::upsert_vectors`] once its batch is done.
+    fn index_atom(
+        &self,
+        atom: &Atom,
+        version: u64,
+        mut vectors: Vec<Option<Vec<f32>>>,
+        upserts: &mut [Vec<VectorUpsert>],
+    ) -> Result<(), IndexError> {
         let Some(text) = keyword_text(atom) else {
             // Tombstoned: content destroyed, so nothing of it may stay indexed.
             self.forget(atom.id, version);
@@ -939,14 +962,21 @@ impl Indexes {
             version,
         )?;
         vectors.resize(self.semantic.len(), None);
-        for (s, vector) in self.semantic.iter().zip(vectors) {
+        for ((s, vector), upserts) in self.semantic.iter().zip(vectors).zip(upserts.iter_mut()) {
             let vector = match vector {
                 Some(v) => Some(v),
                 None if s.vectors.set_status(atom.id, atom.status.as_str(), version) => None,
                 None => s.embed(atom),
             };
             if let Some(vector) = vector {
-                s.vectors.upsert(atom.id, &atom.scope.tenant_id, &repo, atom.status.as_str(), vector, version)?;
+                upserts.push(VectorUpsert {
+                    atom_id: atom.id,
+                    tenant: atom.scope.tenant_id.clone(),
+                    repo_key: repo.clone(),
+                    status: atom.status.as_str().to_owned(),
+                    vector,
+                    version,
+                });
             }
         }
         let mut graph = self.graph_mut();
@@ -1068,10 +1098,11 @@ impl Indexes {
                 computed[i][model] = vector;
             }
         }
+        let mut upserts = self.no_upserts();
         for ((atom, version), vectors) in batch.into_iter().zip(computed) {
-            self.index_atom(&atom, version, vectors)?;
+            self.index_atom(&atom, version, vectors, &mut upserts)?;
         }
-        Ok(())
+        self.upsert_vectors(upserts)
     }
 
     fn build_graph(&self, store: &Store, version: u64) -> Result<(), IndexError> {
