@@ -575,6 +575,13 @@ fn one_vector(mut vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, EmbedError> {
 }
 
 /// One model's vectors for a batch of atoms, on their way.
+/// New atoms' vectors on their way: [`Indexes::start_embedding`].
+pub(crate) struct Embedding {
+    atoms: usize,
+    /// Per model, in `semantic()` order.
+    started: Vec<Result<Started, crate::index::embed::EmbedError>>,
+}
+
 struct Started {
     atoms: usize,
     /// The atoms whose texts were sent now, in the order sent.
@@ -845,14 +852,27 @@ impl Indexes {
     /// engines batch); per atom, the vectors in `semantic()` order.
     #[tracing::instrument(skip_all, fields(atoms = atoms.len()))]
     pub(crate) fn embed_atoms(&self, atoms: &[&Atom]) -> Vec<Vec<Option<Vec<f32>>>> {
-        let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms.len()];
-        // Every model's runs are queued before any is waited for: the
-        // engine threads go from one model's run to the next without idling.
-        let started: Vec<_> = if self.embeds_in_parts(atoms) {
+        self.finish_embedding(self.start_embedding(atoms))
+    }
+
+    /// Starts [`Self::embed_atoms`]: every model's runs are queued before
+    /// any is waited for, so the engine threads go from one model's run to
+    /// the next without idling. A batch embedded in per-core parts
+    /// ([`Self::embeds_in_parts`]) returns at once, and queues behind the
+    /// runs already on the engine threads.
+    pub(crate) fn start_embedding(&self, atoms: &[&Atom]) -> Embedding {
+        let started = if self.embeds_in_parts(atoms) {
             self.start_shared(atoms).into_iter().map(Ok).collect()
         } else {
             self.semantic.iter().map(|s| s.start_atoms(atoms)).collect()
         };
+        Embedding { atoms: atoms.len(), started }
+    }
+
+    /// Waits for the vectors [`Self::start_embedding`] started.
+    pub(crate) fn finish_embedding(&self, embedding: Embedding) -> Vec<Vec<Option<Vec<f32>>>> {
+        let Embedding { atoms, started } = embedding;
+        let mut vectors: Vec<Vec<Option<Vec<f32>>>> = vec![vec![None; self.semantic.len()]; atoms];
         for (model, (s, started)) in self.semantic.iter().zip(started).enumerate() {
             match started.and_then(Started::finish) {
                 Ok(embedded) => {
@@ -861,7 +881,7 @@ impl Indexes {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(%error, atoms = atoms.len(), model = s.embedder.id(), "embedding failed; these atoms are indexed without this vector");
+                    tracing::warn!(%error, atoms, model = s.embedder.id(), "embedding failed; these atoms are indexed without this vector");
                 }
             }
         }

@@ -11,8 +11,8 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::write::{Duplicate, admit};
-use super::{Caller, Effect, MemorizeRequest, Memory, MemoryError, Mutation, Result, clean_source};
+use super::write::{Bulk, Duplicate, admit};
+use super::{Caller, Effect, MemorizeOutcome, MemorizeRequest, Memory, MemoryError, Mutation, Result, clean_source};
 use crate::atom::{Atom, Epistemic, Kind, Polarity, Status, parse_atom_id};
 use crate::scope::{Scope, Visibility};
 use crate::store::{self, NamedQuery, StoreError};
@@ -116,9 +116,63 @@ type LineOutcome = (Option<String>, Effect, Option<String>);
 #[derive(Default)]
 struct PendingLines {
     /// Each line's index and answer; `None`: it waits for the group's write.
-    lines: Vec<(usize, Option<LineOutcome>)>,
+    lines: Vec<PendingLine>,
     /// The requests of the waiting lines, in order.
     requests: Vec<MemorizeRequest>,
+}
+
+/// An import line's index and answer; `None`: it waits for its group's
+/// write.
+type PendingLine = (usize, Option<LineOutcome>);
+
+/// Sends the waiting requests as one group (see [`Bulk`]) and reports, in
+/// order, every line of the groups that were written.
+fn flush_import(
+    bulk: &mut Bulk<'_, Vec<PendingLine>>,
+    pending: &mut PendingLines,
+    report: &mut ImportReport,
+    on_line: &mut dyn FnMut(&ImportedLine),
+) -> Result<()> {
+    let requests = std::mem::take(&mut pending.requests);
+    let lines = std::mem::take(&mut pending.lines);
+    if requests.is_empty() && lines.is_empty() {
+        return Ok(());
+    }
+    let mut group = Vec::with_capacity(requests.len());
+    for request in requests {
+        group.push(bulk.prepare(request)?);
+    }
+    for (outcomes, lines) in bulk.send(group, lines)? {
+        report_lines(lines, outcomes, report, on_line);
+    }
+    Ok(())
+}
+
+/// Reports a written group's lines: each its own answer, or the group's
+/// next outcome.
+fn report_lines(
+    lines: Vec<PendingLine>,
+    outcomes: Vec<MemorizeOutcome>,
+    report: &mut ImportReport,
+    on_line: &mut dyn FnMut(&ImportedLine),
+) {
+    let mut outcomes = outcomes.into_iter();
+    for (index, answer) in lines {
+        let (atom_id, effect, reason) = match answer {
+            Some(outcome) => outcome,
+            None => match outcomes.next() {
+                Some(outcome) => (outcome.atom_id, outcome.effect, outcome.reason),
+                None => (None, Effect::Rejected, Some("internal: no outcome for this line".to_owned())),
+            },
+        };
+        let imported = ImportedLine { line: index + 1, atom_id, effect, reason };
+        match imported.effect {
+            Effect::Applied => report.applied += 1,
+            Effect::NoOp => report.no_op += 1,
+            Effect::Rejected => report.rejected += 1,
+        }
+        on_line(&imported);
+    }
 }
 
 /// One import line, read.
@@ -228,6 +282,31 @@ impl Memory {
     /// `on_line` hears about each line, in order, after it committed.
     pub fn import(&self, caller: &Caller, input: &mut dyn BufRead, on_line: &mut dyn FnMut(&ImportedLine)) -> Result<ImportReport> {
         let mut report = ImportReport::default();
+        let mut bulk = Bulk::new(self, caller)?;
+        match self.import_lines(caller, input, on_line, &mut bulk, &mut report) {
+            Ok(()) => Ok(report),
+            Err(error) => {
+                // The group on its way is written and reported, as it would
+                // have been before the error.
+                match bulk.land() {
+                    Ok(landed) => landed.into_iter().for_each(|(outcomes, lines)| report_lines(lines, outcomes, &mut report, on_line)),
+                    Err(landing) => tracing::error!(error = %landing, "the group before a failed import line could not be written"),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// [`Memory::import`]'s lines, through `bulk` (a group in flight when an
+    /// error returns is the caller's to land).
+    fn import_lines(
+        &self,
+        caller: &Caller,
+        input: &mut dyn BufRead,
+        on_line: &mut dyn FnMut(&ImportedLine),
+        bulk: &mut Bulk<'_, Vec<PendingLine>>,
+        report: &mut ImportReport,
+    ) -> Result<()> {
         let mut pending = PendingLines::default();
         // Groups grow from one line to a full batch: the first line is
         // acknowledged as soon as one memorize would be, a long import
@@ -245,7 +324,11 @@ impl Memory {
                     None
                 }
                 Ok(ImportLine::Restore(record)) => {
-                    self.flush_import(caller, &mut pending, &mut report, on_line)?;
+                    // Every line before it is written first (in order).
+                    flush_import(bulk, &mut pending, report, on_line)?;
+                    if let Some((outcomes, lines)) = bulk.land()? {
+                        report_lines(lines, outcomes, report, on_line);
+                    }
                     Some(self.restore(caller, *record))
                 }
                 Err(error) => Some(Err(error)),
@@ -261,40 +344,13 @@ impl Memory {
             pending.lines.push((index, answer));
             // Rejected lines are reported soon too, not held to the end.
             if pending.requests.len() >= group || pending.lines.len() >= 4 * super::MEMORIZE_BATCH {
-                self.flush_import(caller, &mut pending, &mut report, on_line)?;
+                flush_import(bulk, &mut pending, report, on_line)?;
                 group = (group * 2).min(super::MEMORIZE_BATCH);
             }
         }
-        self.flush_import(caller, &mut pending, &mut report, on_line)?;
-        Ok(report)
-    }
-
-    /// Writes the waiting requests in one group and reports every pending
-    /// line in order.
-    fn flush_import(
-        &self,
-        caller: &Caller,
-        pending: &mut PendingLines,
-        report: &mut ImportReport,
-        on_line: &mut dyn FnMut(&ImportedLine),
-    ) -> Result<()> {
-        let requests = std::mem::take(&mut pending.requests);
-        let mut outcomes = if requests.is_empty() { Vec::new() } else { self.memorize_many(caller, requests)? }.into_iter();
-        for (index, answer) in std::mem::take(&mut pending.lines) {
-            let (atom_id, effect, reason) = match answer {
-                Some(outcome) => outcome,
-                None => match outcomes.next() {
-                    Some(outcome) => (outcome.atom_id, outcome.effect, outcome.reason),
-                    None => (None, Effect::Rejected, Some("internal: no outcome for this line".to_owned())),
-                },
-            };
-            let imported = ImportedLine { line: index + 1, atom_id, effect, reason };
-            match imported.effect {
-                Effect::Applied => report.applied += 1,
-                Effect::NoOp => report.no_op += 1,
-                Effect::Rejected => report.rejected += 1,
-            }
-            on_line(&imported);
+        flush_import(bulk, &mut pending, report, on_line)?;
+        if let Some((outcomes, lines)) = bulk.land()? {
+            report_lines(lines, outcomes, report, on_line);
         }
         Ok(())
     }

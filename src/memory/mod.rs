@@ -578,41 +578,59 @@ impl Memory {
     /// caller read it fails the whole batch (nothing is written on a stale
     /// plan). Returns the audit entry ids, in order.
     pub(crate) fn apply_all(&self, caller: &Caller, mutations: Vec<Mutation<'_>>, fail_after: FailAfter) -> Result<Vec<Ulid>> {
-        let tenant = &caller.scope.tenant_id;
         if mutations.is_empty() {
             return Ok(Vec::new());
         }
-        let audit_ids: Vec<Ulid> = mutations.iter().map(|_| self.next_id()).collect();
         let created: Vec<&Atom> = mutations.iter().filter_map(|m| m.created.map(|(atom, _)| atom)).collect();
-        let (embedded, version) = if self.indexes.embeds_in_parts(&created) {
+        if self.indexes.embeds_in_parts(&created) {
             // A batch embedded in per-core parts runs while the store
             // commits (the engine threads on the models, this one on the
             // transaction): the vectors are needed only by the indexes,
             // after the commit. memorize_many of 1,000: 221-245 -> 267-301/s.
-            std::thread::scope(|scope| {
-                let span = tracing::Span::current();
-                let created = &created;
-                let embedding = scope.spawn(move || span.in_scope(|| self.indexes.embed_atoms(created)));
-                let version = self.commit_all(caller, &mutations, &audit_ids, fail_after);
-                let embedded = embedding.join().unwrap_or_else(|_| {
-                    tracing::error!("the embedding of new atoms panicked; they are indexed without vectors");
-                    Vec::new()
-                });
-                (embedded, version)
-            })
-        } else {
-            // A few atoms: their forward pass takes every core (OpenMP),
-            // and a commit beside it would stall the pass at its barriers
-            // (one-at-a-time memorize p99 10 -> 22 ms). Embedded first, so
-            // no model runs under the store's writer lock.
-            let embedded = self.indexes.embed_atoms(&created);
-            (embedded, self.commit_all(caller, &mutations, &audit_ids, fail_after))
-        };
-        let version = version?;
-        let vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)> = created.iter().map(|atom| atom.id).zip(embedded).collect();
+            let embedding = self.indexes.start_embedding(&created);
+            return self.apply_embedding(caller, mutations, embedding, fail_after);
+        }
+        // A few atoms: their forward pass takes every core (OpenMP), and a
+        // commit beside it would stall the pass at its barriers
+        // (one-at-a-time memorize p99 10 -> 22 ms). Embedded first, so no
+        // model runs under the store's writer lock.
+        let audit_ids: Vec<Ulid> = mutations.iter().map(|_| self.next_id()).collect();
+        let embedded = self.indexes.embed_atoms(&created);
+        let version = self.commit_all(caller, &mutations, &audit_ids, fail_after)?;
+        self.index_written(caller, &mutations, embedded, version);
+        Ok(audit_ids)
+    }
+
+    /// [`Memory::apply_all`] of mutations whose new atoms' vectors are on
+    /// their way ([`Indexes::start_embedding`], in `created` order): commits
+    /// while the engines embed, then indexes. A caller that started the
+    /// embedding earlier (a bulk write's next group) keeps the engines
+    /// busy through this commit and indexing.
+    pub(crate) fn apply_embedding(
+        &self,
+        caller: &Caller,
+        mutations: Vec<Mutation<'_>>,
+        embedding: crate::index::Embedding,
+        fail_after: FailAfter,
+    ) -> Result<Vec<Ulid>> {
+        let audit_ids: Vec<Ulid> = mutations.iter().map(|_| self.next_id()).collect();
+        let version = self.commit_all(caller, &mutations, &audit_ids, fail_after);
+        let embedded = tracing::debug_span!("embedded").in_scope(|| self.indexes.finish_embedding(embedding));
+        self.index_written(caller, &mutations, embedded, version?);
+        Ok(audit_ids)
+    }
+
+    /// Brings the indexes up to a write that committed as `version`;
+    /// `embedded` holds the new atoms' vectors, in their order among
+    /// `mutations`. A failure is logged: the write stands, and the indexes
+    /// catch up at the next open.
+    fn index_written(&self, caller: &Caller, mutations: &[Mutation<'_>], embedded: Vec<Vec<Option<Vec<f32>>>>, version: u64) {
+        let tenant = &caller.scope.tenant_id;
+        let created = mutations.iter().filter_map(|m| m.created.map(|(atom, _)| atom));
+        let vectors: Vec<(AtomId, Vec<Option<Vec<f32>>>)> = created.map(|atom| atom.id).zip(embedded).collect();
         let destroys = mutations.iter().any(|m| m.destroy_content);
         let mut touched: Vec<AtomId> = Vec::new();
-        for mutation in &mutations {
+        for mutation in mutations {
             for id in mutation.target.map(|t| t.id).into_iter().chain(mutation.created.map(|(a, _)| a.id)) {
                 if !touched.contains(&id) {
                     touched.push(id);
@@ -632,7 +650,6 @@ impl Memory {
             // The marker stays: the purge is retried at the next open.
             tracing::error!(%error, version, "index purge failed after a tombstone");
         }
-        Ok(audit_ids)
     }
 }
 

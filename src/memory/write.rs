@@ -97,7 +97,7 @@ impl MemorizeOutcome {
 pub const MEMORIZE_BATCH: usize = 64;
 
 /// What `memorize` decided before writing.
-enum Prepared {
+pub(super) enum Prepared {
     /// Nothing to write: a duplicate or a rejection.
     Answered(MemorizeOutcome),
     /// A new memory to write.
@@ -115,7 +115,7 @@ impl Prepared {
 }
 
 /// A memory about to be written.
-struct NewAtom {
+pub(super) struct NewAtom {
     atom: Atom,
     entities: Vec<text::Entity>,
     /// Its content hash (what dedup compares).
@@ -133,6 +133,139 @@ impl NewAtom {
             redactions: self.redactions,
         }
     }
+}
+
+/// The memorize writes of [`Memory::memorize_many`] and `hmg import`, a
+/// group at a time, pipelined: a group's vectors are started on the engine
+/// threads, then the group before it is committed and indexed while they
+/// run, then the requests of the next group are checked. The engines go
+/// from one group to the next without waiting for this thread; before,
+/// they idled through each group's indexing and the next group's checks
+/// (a sixth of an import's time at 10k). Only a group embedded in per-core
+/// parts flies ahead; a small one is written at once, as alone.
+///
+/// A group in flight is checked but not written: the next group's
+/// duplicates of it are found by content hash, here, as within a group.
+/// Each landing is one transaction (its audit entries with it), then the
+/// indexes, in group order, so what a crash keeps is always every group up
+/// to some point. [`Bulk::land`] (or an error's [`Bulk::fail`]) writes the
+/// one in flight; dropping a `Bulk` without either loses it, unwritten and
+/// unanswered.
+pub(super) struct Bulk<'m, T> {
+    memory: &'m Memory,
+    caller: Caller,
+    flight: Option<Flight<T>>,
+    /// Content hashes of the flying group's new memories, and then of the
+    /// group being checked.
+    seen: std::collections::HashMap<String, AtomId>,
+    /// How many of `seen` belong to the group being checked.
+    fresh: usize,
+}
+
+/// A group whose vectors are on their way and which is not written yet.
+struct Flight<T> {
+    group: Vec<Prepared>,
+    embedding: crate::index::Embedding,
+    tag: T,
+}
+
+/// A written group: its outcomes in request order, and the caller's tag.
+pub(super) type Landed<T> = (Vec<MemorizeOutcome>, T);
+
+impl<'m, T> Bulk<'m, T> {
+    /// A pipeline for `caller`'s writes (its scope normalized).
+    pub(super) fn new(memory: &'m Memory, caller: &Caller) -> Result<Self> {
+        let caller = Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        Ok(Bulk { memory, caller, flight: None, seen: std::collections::HashMap::new(), fresh: 0 })
+    }
+
+    /// How many new memories the group being checked holds.
+    pub(super) fn fresh_in_group(&self) -> usize {
+        self.fresh
+    }
+
+    /// Checks one request of the group being gathered, as `memorize` would,
+    /// also against the group in flight and this group's earlier requests.
+    pub(super) fn prepare(&mut self, request: MemorizeRequest) -> Result<Prepared> {
+        let prepared = self.memory.prepare_memorize(&self.caller, request, &self.seen)?;
+        if let Prepared::New(new) = &prepared {
+            self.seen.insert(new.hash.clone(), new.atom.id);
+            self.fresh += 1;
+        }
+        Ok(prepared)
+    }
+
+    /// Sends the gathered group: its vectors start, then the group in
+    /// flight lands. A group that is not embedded in parts (or has nothing
+    /// new) is written now, after it. Returns what landed, in order.
+    pub(super) fn send(&mut self, group: Vec<Prepared>, tag: T) -> Result<Vec<Landed<T>>> {
+        let created: Vec<&Atom> = group.iter().filter_map(|p| if let Prepared::New(new) = p { Some(&new.atom) } else { None }).collect();
+        let mut landed = Vec::with_capacity(2);
+        if self.memory.indexes.embeds_in_parts(&created) {
+            let embedding = self.memory.indexes.start_embedding(&created);
+            let previous = self.flight.replace(Flight { group, embedding, tag });
+            // The sent group's hashes stay in `seen`; the landed group's go
+            // (the store finds those now).
+            let keep: std::collections::HashSet<AtomId> = self
+                .flight
+                .iter()
+                .flat_map(|f| f.group.iter())
+                .filter_map(|p| if let Prepared::New(new) = p { Some(new.atom.id) } else { None })
+                .collect();
+            self.seen.retain(|_, id| keep.contains(id));
+            self.fresh = 0;
+            if let Some(previous) = previous {
+                landed.push(self.write(previous)?);
+            }
+        } else {
+            landed.extend(self.land()?);
+            let fresh = self.memory.write_group(&self.caller, group.iter())?;
+            if fresh > 0 {
+                tracing::info!(memorized = fresh, "memorized a batch");
+            }
+            self.seen.clear();
+            self.fresh = 0;
+            landed.push((group.into_iter().map(Prepared::outcome).collect(), tag));
+        }
+        Ok(landed)
+    }
+
+    /// Writes the group in flight, if any.
+    pub(super) fn land(&mut self) -> Result<Option<Landed<T>>> {
+        let Some(flight) = self.flight.take() else { return Ok(None) };
+        let landed = self.write(flight);
+        self.seen.clear();
+        self.fresh = 0;
+        landed.map(Some)
+    }
+
+    /// On an error while gathering a group: the group in flight is written
+    /// (as it would have been before the error), and the error returned.
+    pub(super) fn fail(&mut self, error: MemoryError) -> MemoryError {
+        if let Err(landing) = self.land() {
+            tracing::error!(error = %landing, "the group before a failed one could not be written");
+        }
+        error
+    }
+
+    fn write(&self, flight: Flight<T>) -> Result<Landed<T>> {
+        let Flight { group, embedding, tag } = flight;
+        let mutations = mutations_of(group.iter());
+        let fresh = mutations.len();
+        self.memory.apply_embedding(&self.caller, mutations, embedding, super::FailAfter::default())?;
+        tracing::info!(memorized = fresh, "memorized a batch");
+        Ok((group.into_iter().map(Prepared::outcome).collect(), tag))
+    }
+}
+
+/// The writes of a group's new memories.
+fn mutations_of<'p>(prepared: impl Iterator<Item = &'p Prepared>) -> Vec<Mutation<'p>> {
+    prepared
+        .filter_map(|item| match item {
+            Prepared::New(new) => Some(Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") }),
+            Prepared::Answered(_) => None,
+        })
+        .collect()
 }
 
 /// Input of `memory_handoff`.
@@ -372,22 +505,23 @@ impl Memory {
     /// written (each with its audit entries) and later ones are not.
     #[tracing::instrument(skip(self, requests), fields(tenant = %caller.scope.tenant_id, actor = %caller.actor, requests = requests.len()))]
     pub fn memorize_many(&self, caller: &Caller, requests: Vec<MemorizeRequest>) -> Result<Vec<MemorizeOutcome>> {
-        let caller = &Caller { scope: caller.scope.clone().normalized()?, actor: caller.actor.clone() };
+        let mut bulk = Bulk::new(self, caller)?;
         let mut outcomes = Vec::with_capacity(requests.len());
         let mut requests = requests.into_iter().peekable();
         while requests.peek().is_some() {
             // One group: up to MEMORIZE_BATCH new memories, and the answers between them.
             let mut group: Vec<Prepared> = Vec::new();
-            let mut seen = std::collections::HashMap::new();
-            while seen.len() < MEMORIZE_BATCH
+            while bulk.fresh_in_group() < MEMORIZE_BATCH
                 && let Some(request) = requests.next()
             {
-                group.push(self.prepare_in_group(caller, request, &mut seen)?);
+                match bulk.prepare(request) {
+                    Ok(prepared) => group.push(prepared),
+                    Err(error) => return Err(bulk.fail(error)),
+                }
             }
-            let fresh = self.write_group(caller, group.iter())?;
-            tracing::info!(memorized = fresh, "memorized a batch");
-            outcomes.extend(group.into_iter().map(Prepared::outcome));
+            outcomes.extend(bulk.send(group, ())?.into_iter().flat_map(|(landed, ())| landed));
         }
+        outcomes.extend(bulk.land()?.into_iter().flat_map(|(landed, ())| landed));
         Ok(outcomes)
     }
 
@@ -411,12 +545,7 @@ impl Memory {
     /// transaction (their vectors embedded in one batch per model), and
     /// says how many there were; nothing to write is no transaction.
     fn write_group<'p>(&self, caller: &Caller, prepared: impl Iterator<Item = &'p Prepared>) -> Result<usize> {
-        let mutations: Vec<Mutation<'_>> = prepared
-            .filter_map(|item| match item {
-                Prepared::New(new) => Some(Mutation { created: Some((&new.atom, new.entities.as_slice())), ..Mutation::new("memorize") }),
-                Prepared::Answered(_) => None,
-            })
-            .collect();
+        let mutations = mutations_of(prepared);
         let fresh = mutations.len();
         self.apply_all(caller, mutations, super::FailAfter::default())?;
         Ok(fresh)
