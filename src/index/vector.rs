@@ -1530,14 +1530,21 @@ mod tests {
             .collect()
     }
 
+    /// An index of `atoms` (tenant "t", repository "a/r"), upserted one at a
+    /// time, a version each.
+    fn one_at_a_time(atoms: &[(AtomId, Vec<f32>)], dims: usize) -> VectorIndex {
+        let index = VectorIndex::open(None, &format!("test:{dims}"), dims).unwrap();
+        for (version, (id, v)) in atoms.iter().enumerate() {
+            index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
+        }
+        index
+    }
+
     #[test]
     fn the_f16_graph_finds_what_an_f32_graph_finds_with_exact_scores() {
         let dims = 384;
         let atoms = clustered(EXACT_LIMIT + 1_000, dims, 7);
-        let index = VectorIndex::open(None, "test:384", dims).unwrap();
-        for (version, (id, v)) in atoms.iter().enumerate() {
-            index.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
-        }
+        let index = one_at_a_time(&atoms, dims);
         let f32_graph = graph_of(dims, usearch::ScalarKind::F32, &atoms);
         assert!(index.read().hnsw.is_some(), "a partition this large is searched on the graph");
         let vectors: HashMap<AtomId, &Vec<f32>> = atoms.iter().map(|(id, v)| (*id, v)).collect();
@@ -1571,10 +1578,7 @@ mod tests {
     fn batched_upserts_build_the_graph_on_every_core_and_find_what_one_at_a_time_finds() {
         let dims = 384;
         let atoms = clustered(EXACT_LIMIT + 1_000, dims, 11);
-        let one = VectorIndex::open(None, "test:384", dims).unwrap();
-        for (version, (id, v)) in atoms.iter().enumerate() {
-            one.upsert(*id, "t", "a/r", "active", v.clone(), version as u64 + 1).unwrap();
-        }
+        let one = one_at_a_time(&atoms, dims);
         // As an import does: groups of 64, the graph made mid-group when the
         // partition outgrows exact scans, then filled 64 at a time.
         let batched = VectorIndex::open(None, "test:384", dims).unwrap();
