@@ -124,6 +124,14 @@ impl Scope {
         self.workspace.is_none() && self.repository.is_none()
     }
 
+    /// `workspace/repository` (either part empty when unset), or `None` for
+    /// a tenant-wide scope: how the indexes key a repository and how the
+    /// CLI names one.
+    pub fn repository_path(&self) -> Option<String> {
+        (!self.is_tenant_wide())
+            .then(|| format!("{}/{}", self.workspace.as_deref().unwrap_or(""), self.repository.as_deref().unwrap_or("")))
+    }
+
     /// Whether `self` and `other` name the same repository of the same tenant
     /// (branches may differ). Exact dedup works at this level.
     pub fn same_repository(&self, other: &Scope) -> bool {
@@ -305,6 +313,16 @@ mod tests {
         let config =
             "[core]\n\tbare = false\n[remote \"upstream\"]\n\turl = https://h/up/x.git\n[remote \"origin\"]\n\turl = https://h/me/x.git\n";
         assert_eq!(remote_url(config).as_deref(), Some("https://h/me/x.git"));
+    }
+
+    #[test]
+    fn a_repository_path_names_workspace_and_repository_and_tenant_wide_has_none() {
+        assert_eq!(Scope::tenant("t").repository_path(), None);
+        assert_eq!(Scope::tenant("t").with_branch("main").repository_path(), None, "a branch alone is tenant-wide");
+        let scope = Scope::tenant("t").with_workspace("acme").with_repository("widgets").with_branch("main");
+        assert_eq!(scope.repository_path().as_deref(), Some("acme/widgets"), "the branch is not part of it");
+        assert_eq!(Scope::tenant("t").with_repository("仓库").repository_path().as_deref(), Some("/仓库"));
+        assert_eq!(Scope::tenant("t").with_workspace("チーム").repository_path().as_deref(), Some("チーム/"));
     }
 
     #[test]

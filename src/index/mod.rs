@@ -69,11 +69,7 @@ pub(crate) type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// `workspace/repository`, or empty for tenant-wide atoms.
 pub(crate) fn repo_key(scope: &crate::scope::Scope) -> String {
-    if scope.is_tenant_wide() {
-        String::new()
-    } else {
-        format!("{}/{}", scope.workspace.as_deref().unwrap_or(""), scope.repository.as_deref().unwrap_or(""))
-    }
+    scope.repository_path().unwrap_or_default()
 }
 
 /// The text an atom is embedded with: its attribution (a speaker, a custom

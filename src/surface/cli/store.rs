@@ -196,12 +196,7 @@ fn import(memory: &Memory, caller: &Caller, file: &Path, o: &mut Output<'_>) -> 
     // working directory: an import run inside a checkout is seen by agents
     // in that repository only, so the summary says where they went.
     let scope = &caller.scope;
-    let place = match (&scope.workspace, &scope.repository) {
-        (None, None) => "tenant-wide".to_owned(),
-        (workspace, repository) => {
-            format!("repository {}/{}", workspace.as_deref().unwrap_or(""), repository.as_deref().unwrap_or(""))
-        }
-    };
+    let place = scope.repository_path().map_or_else(|| "tenant-wide".to_owned(), |path| format!("repository {path}"));
     writeln!(
         o.err,
         "imported {} lines: {} applied, {} no_op, {} rejected (new memories: tenant {}, {place})",
