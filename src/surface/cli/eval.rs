@@ -246,11 +246,15 @@ pub(crate) fn run(
 
     let started = Instant::now();
     let mut ids_of_atom: HashMap<String, Vec<String>> = HashMap::new();
-    // Consecutive memories of one sample go in together (one embedding
-    // call per model and one transaction per batch), as `hmg import` does.
+    // Consecutive memories of one sample go in together, in runs of
+    // several groups: `memorize_many` embeds a group while it commits and
+    // indexes the one before (one embedding call per model and one
+    // transaction per group), as `hmg import` does; a run of one group
+    // would leave the engines idle through every commit. Progress is
+    // reported between runs.
     let mut done = 0usize;
     for sample in memories.chunk_by(|a, b| a.sample_id == b.sample_id) {
-        for group in sample.chunks(crate::MEMORIZE_BATCH) {
+        for group in sample.chunks(INGEST_RUN) {
             let requests: Vec<MemorizeRequest> = group
                 .iter()
                 .map(|m| {
@@ -294,6 +298,10 @@ pub(crate) fn run(
     }
     Ok(reports)
 }
+
+/// Memories of one sample handed to `memorize_many` at a time: eight of
+/// its groups, so the pipeline runs full between two progress lines.
+const INGEST_RUN: usize = 8 * crate::MEMORIZE_BATCH;
 
 /// Runs every query against the ingested store.
 fn score(
