@@ -373,6 +373,26 @@ HMG_TILE(hmg_tile1_q4, 1, 1)
 typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, const float *, int, const int8_t *, const float *,
                             const int32_t *, int, const float *, float *, int, int);
 
+/* The end of a block on the AVX2 tiles: token t's 32-bit sums of 16
+ * outputs (two halves of 8) times their scales, into its float sums. */
+#define HMG_AVX2_SCALE(f0, f1, i0, i1, s0, s1, ad_t)                                                 \
+    do {                                                                                             \
+        __m256 da_ = _mm256_set1_ps(ad_t);                                                           \
+        (f0) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps((s0), da_), (f0));              \
+        (f1) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps((s1), da_), (f1));              \
+    } while (0)
+
+/* The end of an AVX2 tile: NT tokens' float sums plus the bias, to Y. */
+#define HMG_AVX2_STORE(NT, f0, f1, bias, Y, nout)                                                    \
+    do {                                                                                             \
+        __m256 b0_ = (bias) ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();                          \
+        __m256 b1_ = (bias) ? _mm256_loadu_ps((bias) + 8) : _mm256_setzero_ps();                    \
+        for (int t_ = 0; t_ < (NT); t_++) {                                                          \
+            _mm256_storeu_ps((Y) + (size_t)t_ * (nout), _mm256_add_ps((f0)[t_], b0_));              \
+            _mm256_storeu_ps((Y) + (size_t)t_ * (nout) + 8, _mm256_add_ps((f1)[t_], b1_));          \
+        }                                                                                            \
+    } while (0)
+
 /* NT tokens x 16 outputs on AVX2 (CPUs without AVX512-VNNI, most laptops
  * before 2021): the stored bytes minus the zero point are the signed
  * weights; vpmaddubsw multiplies |w| by a * sign(w) (no 16-bit overflow:
@@ -401,18 +421,9 @@ typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, con
                 }                                                                                    \
             }                                                                                        \
             __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \
-            for (int t = 0; t < NT; t++) {                                                           \
-                __m256 da = _mm256_set1_ps(ad[(size_t)t * nb + b]);                                  \
-                f0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0[t]), _mm256_mul_ps(s0, da), f0[t]);    \
-                f1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1[t]), _mm256_mul_ps(s1, da), f1[t]);    \
-            }                                                                                        \
+            for (int t = 0; t < NT; t++) HMG_AVX2_SCALE(f0[t], f1[t], i0[t], i1[t], s0, s1, ad[(size_t)t * nb + b]); \
         }                                                                                            \
-        __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();                              \
-        __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();                          \
-        for (int t = 0; t < NT; t++) {                                                               \
-            _mm256_storeu_ps(Y + (size_t)t * nout, _mm256_add_ps(f0[t], b0));                        \
-            _mm256_storeu_ps(Y + (size_t)t * nout + 8, _mm256_add_ps(f1[t], b1));                    \
-        }                                                                                            \
+        HMG_AVX2_STORE(NT, f0, f1, bias, Y, nout);                                                   \
     }
 
 HMG_TILE_AVX2(hmg_tile4_avx2, 4)
@@ -464,17 +475,10 @@ typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8
                 __m256i z = _mm256_set1_epi32(-8 * as[(size_t)t * nb + b]);                          \
                 __m256i j0 = _mm256_add_epi32(z, _mm256_madd_epi16(i0[t], ones));                   \
                 __m256i j1 = _mm256_add_epi32(z, _mm256_madd_epi16(i1[t], ones));                   \
-                __m256 da = _mm256_set1_ps(ad[(size_t)t * nb + b]);                                  \
-                f0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(j0), _mm256_mul_ps(s0, da), f0[t]);       \
-                f1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(j1), _mm256_mul_ps(s1, da), f1[t]);       \
+                HMG_AVX2_SCALE(f0[t], f1[t], j0, j1, s0, s1, ad[(size_t)t * nb + b]);                \
             }                                                                                        \
         }                                                                                            \
-        __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();                              \
-        __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();                          \
-        for (int t = 0; t < NT; t++) {                                                               \
-            _mm256_storeu_ps(Y + (size_t)t * nout, _mm256_add_ps(f0[t], b0));                        \
-            _mm256_storeu_ps(Y + (size_t)t * nout + 8, _mm256_add_ps(f1[t], b1));                    \
-        }                                                                                            \
+        HMG_AVX2_STORE(NT, f0, f1, bias, Y, nout);                                                   \
     }
 
 HMG_TILE_AVX2_Q4(hmg_tile4_avx2_q4, 4)
@@ -968,21 +972,29 @@ static HMG_UNUSED void hmg_matmul_gelu_packed(const hmg_packed_t *p, const float
  * computed each score as a 32-term dot product with a horizontal sum and
  * was half of a dialogue's time under perf. */
 
+/* Cephes' expf on W-bit lanes before its 2^n: r = x - n ln 2 (ln 2 in
+ * two parts), p = 1 + r + r^2 P(r), P of degree 5. */
+#define HMG_EXP_POLY(W, x, n, p)                                                                   \
+    do {                                                                                            \
+        __m##W r_ = _mm##W##_fnmadd_ps(n, _mm##W##_set1_ps(0.693359375f), x);                     \
+        r_ = _mm##W##_fnmadd_ps(n, _mm##W##_set1_ps(-2.12194440e-4f), r_);                         \
+        (p) = _mm##W##_set1_ps(1.9875691500e-4f);                                                   \
+        (p) = _mm##W##_fmadd_ps(p, r_, _mm##W##_set1_ps(1.3981999507e-3f));                        \
+        (p) = _mm##W##_fmadd_ps(p, r_, _mm##W##_set1_ps(8.3334519073e-3f));                        \
+        (p) = _mm##W##_fmadd_ps(p, r_, _mm##W##_set1_ps(4.1665795894e-2f));                        \
+        (p) = _mm##W##_fmadd_ps(p, r_, _mm##W##_set1_ps(1.6666665459e-1f));                        \
+        (p) = _mm##W##_fmadd_ps(p, r_, _mm##W##_set1_ps(5.0000001201e-1f));                        \
+        (p) = _mm##W##_fmadd_ps(p, _mm##W##_mul_ps(r_, r_), _mm##W##_add_ps(r_, _mm##W##_set1_ps(1.f))); \
+    } while (0)
+
 /* exp(x) for x <= 0 (scores minus their maximum), sixteen lanes: 2^n
  * times a degree-6 polynomial of the remainder (Cephes' expf), within 2
  * ulp of expf; under -87.3 it is 0, as expf's denormals are for a softmax. */
 HMG_TARGET static inline __m512 hmg_exp512(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+    __m512 p;
+    HMG_EXP_POLY(512, x, n, p);
     return _mm512_scalef_ps(p, n);
 }
 
@@ -1127,15 +1139,8 @@ HMG_TARGET static void hmg_head512x4(const float *kt, int Lp, int L, float *prob
 __attribute__((target("avx2,fma"))) static inline __m256 hmg_exp256(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    __m256 p;
+    HMG_EXP_POLY(256, x, n, p);
     __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
 }
