@@ -399,8 +399,10 @@ typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, con
  * 127 * 128 * 2 < 32768), so no activation-sum correction is needed. */
 #define HMG_TILE_AVX2(NAME, NT)                                                                      \
     __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
-                                                         const int8_t *aq, const float *ad, int nin, \
-                                                         const float *bias, float *Y, int nout, int zero) { \
+                                                         const int8_t *aq, const float *ad,          \
+                                                         const int32_t *as, int nin, const float *bias, \
+                                                         float *Y, int nout, int zero) {             \
+        (void)as; /* the sign trick needs no activation sums */                                      \
         __m256 f0[NT], f1[NT];                                                                       \
         for (int t = 0; t < NT; t++) { f0[t] = _mm256_setzero_ps(); f1[t] = _mm256_setzero_ps(); }  \
         const __m256i ones = _mm256_set1_epi16(1), z = _mm256_set1_epi8((char)zero);                \
@@ -431,22 +433,19 @@ HMG_TILE_AVX2(hmg_tile3_avx2, 3)
 HMG_TILE_AVX2(hmg_tile2_avx2, 2)
 HMG_TILE_AVX2(hmg_tile1_avx2, 1)
 
-typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, int, const float *, float *,
-                                 int, int);
-
 /* NT tokens x 16 outputs of a 4-bit matrix (nibbles, zero point 8) on
  * AVX2: vpmaddubsw multiplies the unsigned nibble by the signed
  * activation, and a block's 32 products per output add up in 16 bits
  * (each pair at most 2 * 15 * 128 = 3840, eight pairs 30720 < 32768), so
  * one vpmaddwd per block and half instead of one per four inputs, and no
- * sign trick. The zero point's share (8 * activation sum) starts the
+ * sign trick. The zero point's share (zero * activation sum) starts the
  * block's 32-bit sums, as on VNNI: the same integers, then the same float
  * steps lane by lane, so the same bits as the VNNI tile. */
 #define HMG_TILE_AVX2_Q4(NAME, NT)                                                                   \
     __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
                                                          const int8_t *aq, const float *ad,          \
                                                          const int32_t *as, int nin, const float *bias, \
-                                                         float *Y, int nout) {                       \
+                                                         float *Y, int nout, int zero) {             \
         __m256 f0[NT], f1[NT];                                                                       \
         for (int t = 0; t < NT; t++) { f0[t] = _mm256_setzero_ps(); f1[t] = _mm256_setzero_ps(); }  \
         const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);                      \
@@ -472,7 +471,7 @@ typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8
             }                                                                                        \
             __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \
             for (int t = 0; t < NT; t++) {                                                           \
-                __m256i z = _mm256_set1_epi32(-8 * as[(size_t)t * nb + b]);                          \
+                __m256i z = _mm256_set1_epi32(-zero * as[(size_t)t * nb + b]);                       \
                 __m256i j0 = _mm256_add_epi32(z, _mm256_madd_epi16(i0[t], ones));                   \
                 __m256i j1 = _mm256_add_epi32(z, _mm256_madd_epi16(i1[t], ones));                   \
                 HMG_AVX2_SCALE(f0[t], f1[t], j0, j1, s0, s1, ad[(size_t)t * nb + b]);                \
@@ -486,8 +485,10 @@ HMG_TILE_AVX2_Q4(hmg_tile3_avx2_q4, 3)
 HMG_TILE_AVX2_Q4(hmg_tile2_avx2_q4, 2)
 HMG_TILE_AVX2_Q4(hmg_tile1_avx2_q4, 1)
 
-typedef void (*hmg_tile_avx2_q4_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, const int32_t *, int,
-                                    const float *, float *, int);
+/* Both AVX2 tiles: (weights, scales, blocks, activations, their scales
+ * and sums, inputs, bias, Y, outputs, zero point). */
+typedef void (*hmg_tile_avx2_fn)(const uint8_t *, const float *, int, const int8_t *, const float *, const int32_t *, int,
+                                 const float *, float *, int, int);
 
 /* One token x 16 outputs in plain C (the same packed layouts and sums;
  * q4: nibbles, blocks of 256 bytes, else bytes, blocks of 512). */
@@ -921,16 +922,13 @@ static HMG_UNUSED void hmg_matmul_packed(const hmg_packed_t *p, const float *bia
                 const float *dh = half ? d1 : d0, *bh = b ? b + 16 * half : NULL;
                 float *yh = Y + o + 16 * half;
                 int u = t0;
-                if (avx2 && q4) {
-                    static const hmg_tile_avx2_q4_fn tiles[5] = {NULL, hmg_tile1_avx2_q4, hmg_tile2_avx2_q4, hmg_tile3_avx2_q4,
-                                                                 hmg_tile4_avx2_q4};
+                if (avx2) {
+                    static const hmg_tile_avx2_fn tiles[2][5] = {
+                        {NULL, hmg_tile1_avx2, hmg_tile2_avx2, hmg_tile3_avx2, hmg_tile4_avx2},
+                        {NULL, hmg_tile1_avx2_q4, hmg_tile2_avx2_q4, hmg_tile3_avx2_q4, hmg_tile4_avx2_q4}};
                     for (int n; (n = t1 - u < 4 ? t1 - u : 4) > 0; u += n)
-                        tiles[n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, nin, bh,
-                                 yh + (size_t)u * nout, nout);
-                } else if (avx2) {
-                    static const hmg_tile_avx2_fn tiles[5] = {NULL, hmg_tile1_avx2, hmg_tile2_avx2, hmg_tile3_avx2, hmg_tile4_avx2};
-                    for (int n; (n = t1 - u < 4 ? t1 - u : 4) > 0; u += n)
-                        tiles[n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, nin, bh, yh + (size_t)u * nout, nout, zero);
+                        tiles[q4][n](qh, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, nin, bh,
+                                     yh + (size_t)u * nout, nout, zero);
                 } else {
                     for (; u < t1; u++)
                         hmg_tile_portable(qh, q4, dh, nb, aq + (size_t)u * nin, ad + (size_t)u * nb, as + (size_t)u * nb, bh,
