@@ -419,7 +419,9 @@ impl Semantic {
             let work = move |refs: &[&str]| {
                 let started = std::time::Instant::now();
                 let vectors = embedder.embed_queries(refs);
-                average_in(&cost, started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64);
+                let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64;
+                average_in(&cost, micros);
+                tracing::trace!(model = embedder.id(), texts = refs.len(), micros, "query texts embedded");
                 vectors
             };
             Some(match placement {
