@@ -174,6 +174,26 @@ fn export_import_and_scope_overrides() {
     let out = hmg(&other_store, tmp.path(), &["import", lines.to_str().unwrap()]);
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(summary.contains("1 applied") && summary.contains("tenant-wide"), "{summary}");
+
+    // A recall that finds nothing says what it searched and how to reach
+    // another repository's memories: run outside the checkout, the
+    // repository's own lines are not searched.
+    let elsewhere = fake_repo(&tmp.path().join("elsewhere"), "acme", "gizmos", "main");
+    let out = hmg(&store, &elsewhere, &["recall", "wgpu rendering"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no memories found");
+    let hint = String::from_utf8_lossy(&out.stderr);
+    assert!(hint.contains("tenant 'cli-tester'") && hint.contains("repository acme/gizmos") && hint.contains("--repository"), "{hint}");
+    let out = hmg(&store, &elsewhere, &["recall", "wgpu rendering", "--workspace", "acme", "--repository", "widgets"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Widgets render with wgpu"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(out.stderr.is_empty() || !String::from_utf8_lossy(&out.stderr).contains("searched"));
+    let out = hmg(&store, tmp.path(), &["recall", "老李的猫叫什么名字？"]);
+    let hint = String::from_utf8_lossy(&out.stderr);
+    assert!(hint.contains("tenant-wide memories only"), "{hint}");
+    // --json stays one document on stdout, with no hint.
+    let out = hmg(&store, &elsewhere, &["recall", "wgpu rendering", "--json"]);
+    assert_eq!(json(&out)["atoms"], serde_json::json!([]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("searched"));
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub(super) fn memorized(o: &mut Output<'_>, outcome: MemorizeOutcome) -> Result<
     Ok(exit_for(outcome.effect))
 }
 
-pub(super) fn recalled(o: &mut Output<'_>, outcome: RecallOutcome) -> Result<Exit, CliError> {
+pub(super) fn recalled(o: &mut Output<'_>, outcome: RecallOutcome, scope: &crate::Scope) -> Result<Exit, CliError> {
     if o.json {
         write_json(o.out, &outcome)?;
         return Ok(Exit::Ok);
@@ -61,6 +61,7 @@ pub(super) fn recalled(o: &mut Output<'_>, outcome: RecallOutcome) -> Result<Exi
     }
     if outcome.atoms.is_empty() {
         writeln!(o.out, "no memories found")?;
+        writeln!(o.err, "{}", searched(scope))?;
     }
     for atom in &outcome.atoms {
         writeln!(o.out, "{:.3}  {}  [{} {}] {}", atom.score, atom.atom_id, atom.kind, atom.source, atom.content)?;
@@ -69,6 +70,24 @@ pub(super) fn recalled(o: &mut Output<'_>, outcome: RecallOutcome) -> Result<Exi
         }
     }
     Ok(Exit::Ok)
+}
+
+/// What an empty recall searched, and where else memories may be: the
+/// scope comes from the working directory, so a recall run outside the
+/// repository an import or an agent wrote to finds nothing and says why.
+fn searched(scope: &crate::Scope) -> String {
+    match scope.repository_path() {
+        Some(path) => format!(
+            "searched tenant '{}': repository {path} and tenant-wide memories; memories written in another repository are \
+             found from that repository's directory or with --workspace and --repository",
+            scope.tenant_id
+        ),
+        None => format!(
+            "searched tenant '{}': tenant-wide memories only (no git repository here); memories written inside a repository \
+             are found from that repository's directory or with --workspace and --repository",
+            scope.tenant_id
+        ),
+    }
 }
 
 pub(super) fn corrected(o: &mut Output<'_>, outcome: CorrectOutcome) -> Result<Exit, CliError> {

@@ -42,7 +42,7 @@ pub(super) fn run(
         }
         Command::Recall { query, max_results, include_negated, explain } => {
             let arguments = json!({ "query": query, "max_results": max_results, "include_negated": include_negated, "explain": explain });
-            render::recalled(&mut output, call(shared, caller, "memory_recall", arguments)?)?
+            render::recalled(&mut output, call(shared, caller, "memory_recall", arguments)?, &caller.scope)?
         }
         Command::Correct { atom, action, reason, new_content } => {
             let arguments = json!({ "target_atom": atom, "action": action, "reason": reason, "new_content": new_content });
