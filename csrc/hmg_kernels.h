@@ -310,8 +310,8 @@ __attribute__((target("avx512f"))) static void hmg_gelu512(float *x, size_t n) {
 
 /* The same on AVX2: the division as p times q's reciprocal (12 bits, one
  * Newton step: GELU within 1.4e-6 on [-8, 8], where an ulp of 8 is
- * 9.5e-7); the last n % 8
- * values take the scalar form (n is a multiple of 8 in both models). */
+ * 9.5e-7); the last n % 8 values take the scalar form (n is a multiple of
+ * 8 in both models). */
 __attribute__((target("avx2,fma"))) static void hmg_gelu256(float *x, size_t n) {
     const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f), two = _mm256_set1_ps(2.f);
     const __m256 r2 = _mm256_set1_ps(0.70710678118654752440f);
@@ -420,14 +420,24 @@ typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, con
         }                                                                                            \
     } while (0)
 
+/* The AVX2 tiles' pins, after each token's step and after each step: the
+ * empty asm makes the token's two sums that step's result, so GCC keeps
+ * each sum in one register (it reassociated a block's 16 additions per sum
+ * into a tree, computed all 64 products of a block first and parked them
+ * on the stack: 27% of the 4-bit tile's samples fell on stack operands,
+ * and it ran 1.43x as long, 384 x 1536, 64 tokens, one core: 0.50 vs 0.35
+ * ms, the median of six; the 8-bit tile 4%); the memory clobber keeps the
+ * next step's loads from being hoisted over this one, which spilled the
+ * broadcast activations instead. */
+#define HMG_AVX2_KEEP(s0, s1) __asm__("" : "+x"(s0), "+x"(s1))
+#define HMG_AVX2_STEP_END() __asm__ volatile("" ::: "memory")
+
 /* NT tokens x 16 outputs on AVX2 (CPUs without AVX512-VNNI, most laptops
  * before 2021): the stored bytes minus the zero point are the signed
  * weights; vpmaddubsw multiplies |w| by a * sign(w) (no 16-bit overflow:
  * 127 * 128 * 2 < 32768), so no activation-sum correction is needed.
- * The empty asm statements pin each token's sums to one register and each
- * step's loads to its step (see the 4-bit tile below: 4% here). Splitting
- * each stored byte into two nibbles and running the 4-bit tile's steps
- * twice gives the same integers but took 4-8% longer than this. */
+ * Splitting each stored byte into two nibbles and running the 4-bit
+ * tile's steps twice gives the same integers but took 4-8% longer. */
 #define HMG_TILE_AVX2(NAME, NT)                                                                      \
     __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
                                                          const int8_t *aq, const float *ad,          \
@@ -451,9 +461,9 @@ typedef void (*hmg_tile_fn)(const uint8_t *, const uint8_t *, const float *, con
                     __m256i a = _mm256_set1_epi32(a4);                                               \
                     i0[t] = _mm256_add_epi32(i0[t], _mm256_madd_epi16(_mm256_maddubs_epi16(m0, _mm256_sign_epi8(a, w0)), ones)); \
                     i1[t] = _mm256_add_epi32(i1[t], _mm256_madd_epi16(_mm256_maddubs_epi16(m1, _mm256_sign_epi8(a, w1)), ones)); \
-                    __asm__("" : "+x"(i0[t]), "+x"(i1[t]));                                          \
+                    HMG_AVX2_KEEP(i0[t], i1[t]);                                                     \
                 }                                                                                    \
-                __asm__ volatile("" ::: "memory");                                                   \
+                HMG_AVX2_STEP_END();                                                                 \
             }                                                                                        \
             __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \
             for (int t = 0; t < NT; t++) HMG_AVX2_SCALE(f0[t], f1[t], i0[t], i1[t], s0, s1, ad[(size_t)t * nb + b]); \
@@ -473,15 +483,7 @@ HMG_TILE_AVX2(hmg_tile1_avx2, 1)
  * one vpmaddwd per block and half instead of one per four inputs, and no
  * sign trick. The zero point's share (zero * activation sum) starts the
  * block's 32-bit sums, as on VNNI: the same integers, then the same float
- * steps lane by lane, so the same bits as the VNNI tile.
- * The empty asm after each token's step makes its two sums that step's
- * result: without it GCC reassociated a block's 16 additions per sum into
- * a tree, computed all 64 products of a block first and parked them on
- * the stack (27% of the tile's samples fell on stack operands), and the
- * tile ran 1.43x as long (384 x 1536, 64 tokens, one core: 0.50 vs 0.35
- * ms, the median of six). The memory clobber after each step keeps the
- * next step's loads from being hoisted over it, which spilled the
- * broadcast activations instead. */
+ * steps lane by lane, so the same bits as the VNNI tile. */
 #define HMG_TILE_AVX2_Q4(NAME, NT)                                                                   \
     __attribute__((target("avx2,fma"))) static void NAME(const uint8_t *q, const float *dw, int nb,  \
                                                          const int8_t *aq, const float *ad,          \
@@ -507,9 +509,9 @@ HMG_TILE_AVX2(hmg_tile1_avx2, 1)
                         __m256i a = _mm256_set1_epi32(a4);                                           \
                         i0[t] = _mm256_add_epi16(i0[t], _mm256_maddubs_epi16(x0, a));                \
                         i1[t] = _mm256_add_epi16(i1[t], _mm256_maddubs_epi16(x1, a));                \
-                        __asm__("" : "+x"(i0[t]), "+x"(i1[t]));                                      \
+                        HMG_AVX2_KEEP(i0[t], i1[t]);                                                 \
                     }                                                                                \
-                    __asm__ volatile("" ::: "memory");                                               \
+                    HMG_AVX2_STEP_END();                                                             \
                 }                                                                                    \
             }                                                                                        \
             __m256 s0 = _mm256_loadu_ps(dw + (size_t)b * 16), s1 = _mm256_loadu_ps(dw + (size_t)b * 16 + 8); \

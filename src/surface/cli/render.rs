@@ -76,18 +76,15 @@ pub(super) fn recalled(o: &mut Output<'_>, outcome: RecallOutcome, scope: &crate
 /// scope comes from the working directory, so a recall run outside the
 /// repository an import or an agent wrote to finds nothing and says why.
 fn searched(scope: &crate::Scope) -> String {
-    match scope.repository_path() {
-        Some(path) => format!(
-            "searched tenant '{}': repository {path} and tenant-wide memories; memories written in another repository are \
-             found from that repository's directory or with --workspace and --repository",
-            scope.tenant_id
-        ),
-        None => format!(
-            "searched tenant '{}': tenant-wide memories only (no git repository here); memories written inside a repository \
-             are found from that repository's directory or with --workspace and --repository",
-            scope.tenant_id
-        ),
-    }
+    let (what, others) = match scope.repository_path() {
+        Some(path) => (format!("repository {path} and tenant-wide memories"), "in another repository"),
+        None => ("tenant-wide memories only (no git repository here)".to_owned(), "inside a repository"),
+    };
+    format!(
+        "searched tenant '{}': {what}; memories written {others} are found from that repository's directory or with \
+         --workspace and --repository",
+        scope.tenant_id
+    )
 }
 
 pub(super) fn corrected(o: &mut Output<'_>, outcome: CorrectOutcome) -> Result<Exit, CliError> {
