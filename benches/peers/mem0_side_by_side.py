@@ -3,7 +3,11 @@ queries, on this machine, in one run.
 
   HMG   a fresh `hmg mcp` process (stdio), driven by the official MCP Python
         SDK: `hmg import` of the memories first, then one `memory_recall` per
-        query, timed at the client (JSON-RPC over pipes included).
+        query, timed at the client (JSON-RPC over pipes included). Then a
+        second fresh `hmg mcp` on the same store answers the same queries
+        for a bare client (JSON lines over the pipes, no SDK), once new to
+        the process and once repeated: what the SDK client adds, and what
+        the query embedding costs (fresh minus repeated).
   mem0  mem0ai in process (FAISS + all-MiniLM-L6-v2): `add(..., infer=False)`
         for the first memories (timed: mem0's ingest rate; its FAISS store
         rewrites its index file on every add, so 10k adds take hours), the
@@ -28,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -94,7 +99,48 @@ async def run_hmg(hmg, texts, asked, warmups):
                 if result.is_error:
                     raise SystemExit(f"hmg memory_recall failed: {result.content}")
                 hits += bool((result.structured_content or {}).get("atoms"))
-    return samples, hits
+    return samples, hits, store, env
+
+
+def run_hmg_bare(hmg, store, env, asked, warmups):
+    """The same queries through a bare JSON-RPC client: (fresh, repeated)."""
+    server = subprocess.Popen([hmg, "--store", store, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=store, env=env)
+    sent = 0
+
+    def call(method, params, notify=False):
+        nonlocal sent
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        if not notify:
+            sent += 1
+            message["id"] = sent
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+        while not notify:
+            line = server.stdout.readline()
+            if not line:
+                raise SystemExit("hmg mcp closed its output")
+            reply = json.loads(line)
+            if reply.get("id") == sent:
+                if "result" not in reply or reply["result"].get("isError"):
+                    raise SystemExit(f"hmg memory_recall failed: {reply}")
+                return reply
+
+    def timed(queries):
+        samples = []
+        for q in queries:
+            t = time.perf_counter()
+            call("tools/call", {"name": "memory_recall", "arguments": {"query": q}})
+            samples.append((time.perf_counter() - t) * 1e3)
+        return samples
+
+    try:
+        call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bare", "version": "0"}})
+        call("notifications/initialized", {}, notify=True)
+        timed(warmups)
+        return timed(asked), timed(asked)
+    finally:
+        server.stdin.close()
+        server.wait()
 
 
 class OnnxMiniLM:
@@ -198,8 +244,13 @@ def main():
     mem0_samples, mem0_hits = run_mem0(texts, asked, warmups, args.model_dir, args.mem0_threads, args.mem0_adds)
     mem0 = summary("mem0 search", mem0_samples)
     print("HMG (fresh `hmg mcp` over stdio, MCP Python SDK client)", flush=True)
-    hmg_samples, hmg_hits = asyncio.run(run_hmg(args.hmg, texts, asked, warmups))
+    hmg_samples, hmg_hits, store, env = asyncio.run(run_hmg(args.hmg, texts, asked, warmups))
     hmg = summary("hmg memory_recall", hmg_samples)
+    print("HMG again (another fresh `hmg mcp`, the same store, a bare JSON-RPC client: no SDK)", flush=True)
+    bare_fresh, bare_repeated = run_hmg_bare(args.hmg, store, env, asked, warmups)
+    summary("hmg memory_recall, bare client, fresh", bare_fresh)
+    summary("hmg memory_recall, bare client, repeated", bare_repeated)
+    shutil.rmtree(store, ignore_errors=True)
     print(f"ratio mem0/hmg: p50 {mem0[0] / hmg[0]:.2f}x, p95 {mem0[1] / hmg[1]:.2f}x (above 1: HMG faster)")
     print(f"queries answered with results: hmg {hmg_hits}/{len(asked)}, mem0 {mem0_hits}/{len(asked)}")
     return 0
