@@ -122,7 +122,7 @@ def run_hmg_bare(hmg, store, env, asked, warmups):
             reply = json.loads(line)
             if reply.get("id") == sent:
                 if "result" not in reply or reply["result"].get("isError"):
-                    raise SystemExit(f"hmg memory_recall failed: {reply}")
+                    raise SystemExit(f"hmg {method} failed: {reply}")
                 return reply
 
     def timed(queries):

@@ -532,6 +532,23 @@ mod tests {
     }
 
     #[test]
+    fn served_output_schemas_hold_every_subschema_inline() {
+        // A client validates each result against these: a `$ref` costs it
+        // a lookup per nested value (see `tools::output_schema_of`).
+        let tools = HmgServer::tool_router().list_all();
+        assert_eq!(tools.len(), 7, "{:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>());
+        for tool in &tools {
+            let schema = tool.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no output schema", tool.name));
+            let text = serde_json::to_string(&**schema).unwrap();
+            assert!(!text.contains("\"$ref\"") && !text.contains("\"$defs\""), "{}: {text}", tool.name);
+        }
+        // The nested types are still described: a recalled memory's kind.
+        let recall = tools.iter().find(|t| t.name == "memory_recall").and_then(|t| t.output_schema.clone()).expect("memory_recall");
+        let kinds = &recall["properties"]["atoms"]["items"]["properties"]["kind"]["enum"];
+        assert!(kinds.as_array().is_some_and(|k| k.iter().any(|v| v == "fact")), "{recall:?}");
+    }
+
+    #[test]
     fn a_model_cannot_choose_its_scope() {
         let key = b"0123456789abcdef0123456789abcdef".to_vec();
         let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };
