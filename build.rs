@@ -11,7 +11,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=HMG_E5_SRC");
     println!("cargo:rerun-if-env-changed=XDG_DATA_HOME");
     let csrc = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("csrc");
-    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c", "e5_tok.c"] {
+    for file in ["hmg_kernels.h", "bert.c", "e5_vnni.c", "e5_tok.c", "e5_late.c"] {
         println!("cargo:rerun-if-changed={}", csrc.join(file).display());
     }
     c_build().file(csrc.join("bert.c")).compile("hmg_bert");
@@ -148,8 +148,13 @@ fn e5(csrc: &std::path::Path) -> String {
         "            free(prob);\n        }\n",
         "        hmg_attention(q, k, v, ctx, sstart, send, T, H, NH, hd, scale, m->MAXP);\n",
     );
+    // Late chunking (csrc/e5_late.c): a dialogue's whole and its parts from
+    // one forward pass; it calls the tokenizer and forward pass above. Not
+    // part of the returned sources: it changes no weight's layout.
+    let late = csrc.join("e5_late.c");
+    let with_late = format!("{patched}\n#include \"{}\"\n", late.display());
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("e5_hmg.c");
-    std::fs::write(&out, &patched).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
+    std::fs::write(&out, &with_late).unwrap_or_else(|e| panic!("feature e5: cannot write {}: {e}", out.display()));
     c_build().file(&out).include(&dir).compile("hmg_e5");
     patched
 }

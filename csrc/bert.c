@@ -165,7 +165,39 @@ int hmg_bert_max_tokens(const hmg_bert *m) { return m->maxpos; }
  * after the other, lens[i] the length of text i. Writes n * H floats, each
  * text's L2-normalized mean token state. Returns 0, or -1 for bad input
  * (an id outside the vocabulary, a bad length) or when memory runs out. */
+static int bert_forward_pool(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, const int32_t *pa, const int32_t *pb,
+                             int npool, float *out);
+
 int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, float *out) {
+    if (n <= 0) return 0;
+    int32_t *pa = (int32_t *)malloc(sizeof(int32_t) * (size_t)n), *pb = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int rc = -1;
+    if (pa && pb) {
+        long t = 0;
+        for (int i = 0; i < n; i++) {
+            pa[i] = (int32_t)t;
+            t += lens[i] > 0 ? lens[i] : 0;
+            pb[i] = (int32_t)t;
+        }
+        rc = bert_forward_pool(m, ids, lens, n, pa, pb, n, out);
+    }
+    free(pa); free(pb);
+    return rc;
+}
+
+/* Late chunking: one text of len tokens (with [CLS] and [SEP]) and npool
+ * token ranges [pa[i], pb[i]) of it. Writes npool vectors, each the
+ * L2-normalized mean of its range's final token states (the range [0, len)
+ * is the text's own vector, as hmg_bert_embed gives it). Returns 0, or -1
+ * for bad input (an empty or outside range, as hmg_bert_embed's). */
+int hmg_bert_embed_late(hmg_bert *m, const int32_t *ids, int32_t len, const int32_t *pa, const int32_t *pb, int npool, float *out) {
+    for (int i = 0; i < npool; i++)
+        if (pa[i] < 0 || pb[i] <= pa[i] || pb[i] > len) return -1;
+    return bert_forward_pool(m, ids, &len, 1, pa, pb, npool, out);
+}
+
+static int bert_forward_pool(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, const int32_t *pa, const int32_t *pb,
+                             int npool, float *out) {
     if (n <= 0) return 0;
     int H = m->H, FF = m->FF, NH = m->NH, hd = H / NH;
     long total = 0;
@@ -189,12 +221,11 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
     float *ad = (float *)malloc((size_t)T * nbmax * sizeof(float));
     int32_t *as = (int32_t *)malloc((size_t)T * nbmax * sizeof(int32_t));
     int *sstart = (int *)malloc(sizeof(int) * (size_t)T), *send = (int *)malloc(sizeof(int) * (size_t)T);
-    int *pos = (int *)malloc(sizeof(int) * (size_t)T), *first = (int *)malloc(sizeof(int) * (size_t)n);
+    int *pos = (int *)malloc(sizeof(int) * (size_t)T);
     int rc = -1;
-    if (!x || !q || !k || !v || !ctx || !ao || !mid || !aq || !ad || !as || !sstart || !send || !pos || !first) goto done;
+    if (!x || !q || !k || !v || !ctx || !ao || !mid || !aq || !ad || !as || !sstart || !send || !pos) goto done;
     for (int i = 0, t = 0; i < n; i++) {
         int s0 = t;
-        first[i] = s0;
         for (int j = 0; j < lens[i]; j++, t++) { sstart[t] = s0; send[t] = s0 + lens[i]; pos[t] = j; }
     }
 
@@ -223,11 +254,10 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
     }
 
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        int t0 = first[i];
+    for (int i = 0; i < npool; i++) {
         float *o = out + (size_t)i * H;
         for (int e = 0; e < H; e++) o[e] = 0.f;
-        for (int t = t0; t < t0 + lens[i]; t++)
+        for (int t = pa[i]; t < pb[i]; t++)
             for (int e = 0; e < H; e++) o[e] += x[(size_t)t * H + e];
         float norm = 0.f;
         for (int e = 0; e < H; e++) norm += o[e] * o[e];
@@ -237,6 +267,6 @@ int hmg_bert_embed(hmg_bert *m, const int32_t *ids, const int32_t *lens, int n, 
     rc = 0;
 done:
     free(x); free(q); free(k); free(v); free(ctx); free(ao); free(mid); free(aq); free(ad); free(as);
-    free(sstart); free(send); free(pos); free(first);
+    free(sstart); free(send); free(pos);
     return rc;
 }

@@ -157,6 +157,10 @@ pub struct Semantic {
     /// Recent vectors of compared texts ([`Semantic::comparable`]), apart
     /// from the queries': they come from other kernels.
     compare_cache: Mutex<Recent<Vec<f32>>>,
+    /// Recent dialogue queries' vectors from one pass ([`Semantic::start_late`]),
+    /// by the parts pooled and the whole text: a part's vector there saw
+    /// the whole dialogue, so it is not the part's own query vector.
+    late_cache: Mutex<Recent<Vec<Vec<f32>>>>,
     /// Texts [`Semantic::comparable`] found neither cached nor embedded
     /// ahead, and embedded when asked.
     asked_uncached: std::sync::atomic::AtomicU64,
@@ -186,7 +190,9 @@ pub(crate) enum Placement {
     /// about half the model's work: two models crossed over two cores
     /// (e5 whole + MiniLM parts on one, e5 parts + MiniLM whole on the
     /// other) keep both busy, where e5's whole batch on one core was about
-    /// twice MiniLM's on the other.
+    /// twice MiniLM's on the other. For [`Semantic::start_late`], the
+    /// pass over the whole on `whole` and the parts embedded on their own
+    /// on `parts`.
     Halves { whole: usize, parts: usize },
 }
 
@@ -197,6 +203,9 @@ pub(crate) struct StartedQueries {
     /// The queries the engine embeds, in order.
     missing: Vec<String>,
     pending: Option<embed::Pending<Vec<f32>>>,
+    /// Set for [`Semantic::start_late`]: the late cache's key for the
+    /// vectors pending.
+    late_key: Option<String>,
 }
 
 impl StartedQueries {
@@ -243,6 +252,7 @@ impl Semantic {
             query_micros: Arc::default(),
             passage_nanos_per_byte: Arc::default(),
             compare_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
+            late_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
             ahead: Mutex::new(std::collections::VecDeque::new()),
             claimed: std::sync::atomic::AtomicU64::new(0),
@@ -437,13 +447,102 @@ impl Semantic {
                 }
             })
         };
-        Ok(StartedQueries { vectors, missing, pending })
+        Ok(StartedQueries { vectors, missing, pending, late_key: None })
     }
 
-    /// Waits for the vectors [`Semantic::start_queries`] started (in the
-    /// order of the queries) and keeps the new ones in the cache.
+    /// Starts this model's vectors for a dialogue query given as `pieces`
+    /// (its lines, in order; together `whole`): the whole's, then one per
+    /// piece `pooled` marks (its parts, in order). The latest `own` parts
+    /// are embedded as texts of their own; the older ones are pooled from
+    /// one forward pass over the whole where the model can
+    /// ([`Embedder::embed_query_late`]: their own passes would cost their
+    /// tokens again), else embedded with the whole as texts. `placement`:
+    /// the whole's pass on `whole` and the own parts on `parts` for
+    /// [`Placement::Halves`], else both there, one after the other. From
+    /// the late cache when the same dialogue was recalled lately. Returns
+    /// at once; [`Semantic::finish_queries`] waits.
+    pub(crate) fn start_late(
+        &self,
+        whole: &str,
+        pieces: &[&str],
+        pooled: &[bool],
+        own: usize,
+        placement: Placement,
+    ) -> Result<StartedQueries, crate::index::embed::EmbedError> {
+        let parts: Vec<usize> = (0..pieces.len()).filter(|&i| pooled.get(i).copied().unwrap_or(false)).collect();
+        let own = own.min(parts.len());
+        let (late_parts, own_parts) = parts.split_at(parts.len() - own);
+        let marks: Vec<bool> = (0..pieces.len()).map(|i| late_parts.contains(&i)).collect();
+        let mark_text: String = (0..pieces.len())
+            .map(|i| {
+                if marks[i] {
+                    'l'
+                } else if own_parts.contains(&i) {
+                    'o'
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let key = format!("{mark_text}\n{whole}");
+        if let Some(vectors) = self.late_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+            return Ok(StartedQueries {
+                vectors: vectors.into_iter().map(Some).collect(),
+                missing: Vec::new(),
+                pending: None,
+                late_key: None,
+            });
+        }
+        let (whole_on, own_on) = match placement {
+            Placement::Every => (None, None),
+            Placement::Core(n) => (Some(n), Some(n)),
+            Placement::Halves { whole, parts } => (Some(whole), Some(parts)),
+        };
+        let embedder = Arc::clone(&self.embedder);
+        let cost = Arc::clone(&self.query_micros);
+        // What the whole's pass gives as texts when the model cannot pool.
+        let texts: Vec<String> = std::iter::once(whole).chain(late_parts.iter().map(|&i| pieces[i])).map(str::to_owned).collect();
+        let owned: Vec<String> = pieces.iter().map(|p| (*p).to_owned()).collect();
+        let late = move || {
+            let started = std::time::Instant::now();
+            let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+            let vectors = match embedder.embed_query_late(&refs, &marks)? {
+                Some(vectors) => vectors,
+                None => embedder.embed_queries(&texts.iter().map(String::as_str).collect::<Vec<_>>())?,
+            };
+            let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u64;
+            average_in(&cost, micros);
+            tracing::trace!(model = embedder.id(), pieces = refs.len(), micros, "dialogue query embedded in one pass");
+            Ok(vectors)
+        };
+        let mut pending = vec![embed::start_on(whole_on, late)?];
+        if !own_parts.is_empty() {
+            let embedder = Arc::clone(&self.embedder);
+            let texts: Vec<String> = own_parts.iter().map(|&i| pieces[i].to_owned()).collect();
+            pending.push(embed::start_on(own_on, move || embedder.embed_queries(&texts.iter().map(String::as_str).collect::<Vec<_>>()))?);
+        }
+        Ok(StartedQueries {
+            vectors: vec![None; 1 + parts.len()],
+            missing: Vec::new(),
+            pending: Some(embed::Pending::joined(pending)),
+            late_key: Some(key),
+        })
+    }
+
+    /// Waits for the vectors [`Semantic::start_queries`] or
+    /// [`Semantic::start_late`] started (in the order of the queries) and
+    /// keeps the new ones in the cache.
     pub(crate) fn finish_queries(&self, started: StartedQueries) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
-        let StartedQueries { mut vectors, missing, pending } = started;
+        let StartedQueries { mut vectors, missing, pending, late_key } = started;
+        if let Some(key) = late_key {
+            let Some(pending) = pending else { return Ok(vectors.into_iter().flatten().collect()) };
+            let fresh = pending.wait()?;
+            if fresh.len() != vectors.len() {
+                return Err(EmbedError::Backend(format!("{} vectors for a dialogue query of {}", fresh.len(), vectors.len())));
+            }
+            self.late_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, fresh.clone());
+            return Ok(fresh);
+        }
         if let Some(pending) = pending {
             let fresh = pending.wait()?;
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -1482,6 +1581,78 @@ mod tests {
             assert_eq!(fresh[1..], [vectors[2].clone(), vectors[3].clone()]);
             assert_eq!(fresh[0], s.embed_query(&new_whole).unwrap(), "cached by the halves' call");
         }
+    }
+
+    /// Cosine of two unit vectors.
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    /// A dialogue in one pass per model: the whole's vector is the one the
+    /// model gives the text; the latest parts are their own query vectors;
+    /// the older ones are pooled from the whole's pass (near their own,
+    /// not them); asked again, all come from the late cache.
+    #[test]
+    fn a_dialogue_in_one_pass_gives_the_whole_its_latest_parts_own_vectors_and_the_older_pooled() {
+        let models = models();
+        let pieces = [
+            "User: hi!",
+            "User: I moved to Porto in May for the new job at the bakery.",
+            "Assistant: How do you like the new city so far?",
+            "User: 我每周日和Ana在河边跑五公里。",
+            "User: 週末は京都でお寺の写真を撮ります。",
+        ];
+        let dialogue = pieces.join("\n");
+        let pooled = [false, true, true, true, true];
+        let placements = [Placement::Halves { whole: 0, parts: 1 }, Placement::Core(1)];
+        let started: Vec<StartedQueries> =
+            models.iter().zip(placements).map(|(s, p)| s.start_late(&dialogue, &pieces, &pooled, 2, p).unwrap()).collect();
+        for (s, started) in models.iter().zip(started) {
+            let id = s.embedder.id().to_owned();
+            let vectors = s.finish_queries(started).unwrap();
+            assert_eq!(vectors.len(), 5, "{id}: the whole and four parts");
+            let whole = cosine(&vectors[0], &s.embedder.embed_query(&dialogue).unwrap());
+            assert!(whole > 0.999, "{id}: the whole, cosine {whole} with the text's own vector");
+            let own = s.embedder.embed_queries(&pieces[1..]).unwrap();
+            for (n, (a, b)) in vectors[1..].iter().zip(&own).enumerate() {
+                let c = cosine(a, b);
+                if n >= 2 {
+                    assert!(c > 0.9999, "{id}: part {n} is embedded on its own, cosine {c}");
+                } else {
+                    assert!(c > 0.3 && c < 0.999, "{id}: part {n} is pooled from the whole's pass, cosine {c}");
+                }
+            }
+            // Asked again: from the late cache, nothing for an engine; the
+            // plain query cache holds no part's pooled vector.
+            let again = s.start_late(&dialogue, &pieces, &pooled, 2, Placement::Every).unwrap();
+            assert!(again.pending.is_none(), "{id}");
+            assert_eq!(s.finish_queries(again).unwrap(), vectors, "{id}");
+            assert!(!s.query_cache.lock().unwrap().contains(pieces[1]), "{id}");
+            // Other parts on their own: another entry, embedded again.
+            let other = s.start_late(&dialogue, &pieces, &pooled, 1, Placement::Every).unwrap();
+            assert!(other.pending.is_some(), "{id}");
+            assert_eq!(s.finish_queries(other).unwrap().len(), 5, "{id}");
+        }
+    }
+
+    /// A model without one-pass pooling embeds the whole and the older
+    /// parts as texts (one batch), and the latest parts on their own.
+    #[test]
+    fn a_model_that_cannot_pool_embeds_the_dialogue_as_texts() {
+        let picky = Arc::new(Picky(Mutex::new(Vec::new())));
+        let semantic = Semantic::new(Arc::clone(&picky) as Arc<dyn Embedder>, VectorIndex::open(None, "picky", 2).unwrap());
+        let pieces = ["hello", "first part", "second", "third one here"];
+        let dialogue = pieces.join("\n");
+        let started = semantic.start_late(&dialogue, &pieces, &[false, true, true, true], 1, Placement::Core(0)).unwrap();
+        let vectors = semantic.finish_queries(started).unwrap();
+        let lengths: Vec<f32> = vectors.iter().map(|v| v[0]).collect();
+        assert_eq!(lengths, vec![dialogue.len() as f32, 10.0, 6.0, 14.0]);
+        assert_eq!(*picky.0.lock().unwrap(), vec![dialogue.clone(), "first part".into(), "second".into(), "third one here".into()]);
+        // A refused part fails the call and caches nothing.
+        let refused = ["hello", "refused", "fine"];
+        let started = semantic.start_late(&refused.join("\n"), &refused, &[false, true, true], 1, Placement::Every).unwrap();
+        assert!(semantic.finish_queries(started).is_err());
+        assert!(semantic.start_late(&refused.join("\n"), &refused, &[false, true, true], 1, Placement::Every).unwrap().pending.is_some());
     }
 
     #[test]

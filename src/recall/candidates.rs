@@ -42,13 +42,19 @@ pub(super) fn gather(
     query: &Query<'_>,
     while_waiting: &mut dyn FnMut(&Lists, &mut dyn FnMut() -> bool),
 ) -> Result<Lists, RecallError> {
-    let parts = query_parts(query.text, query.terms.len(), config);
+    let (pieces, pooled) = query_pieces(query.text, query.terms.len(), config);
+    let parts: Vec<&str> = pieces.iter().zip(&pooled).filter(|(_, pool)| **pool).map(|(p, _)| p.as_str()).collect();
     let with_parts = parts.len() >= 2 && config.segment_weight > 0.0;
+    // Late chunking: the older parts' vectors pooled from each model's
+    // forward pass over the whole, the latest `own_parts` embedded on
+    // their own ([`Semantic::start_late`]).
+    let late = with_parts && config.own_parts < parts.len();
+    let piece_refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
     // The whole query and its parts in one call per model: one forward
     // pass over all of them.
     let mut texts = vec![query.text];
     if with_parts {
-        texts.extend(parts.iter().map(String::as_str));
+        texts.extend(parts.iter().copied());
     }
     let models: Vec<&Semantic> = indexes.semantic().iter().filter(|s| s.understands(query.language)).collect();
     // Waited for in the order the models are expected to answer (the cost
@@ -56,13 +62,24 @@ pub(super) fn gather(
     // engine thread the faster model's half goes first, so it answers
     // first; otherwise each model has its own core, model by model.
     let mut order: Vec<usize> = (0..models.len()).collect();
-    order.sort_by_key(|&i| models[i].query_micros());
-    let placement = placements(models.len(), with_parts, crate::index::engine_count());
+    // Before any query was timed, the model with the most arithmetic per
+    // token is expected last.
+    order.sort_by_key(|&i| (models[i].query_micros(), models[i].embedder.macs_per_token()));
+    let engines = crate::index::engine_count();
+    let placement = if late { late_placements(models.len(), engines) } else { placements(models.len(), with_parts, engines) };
     let halves = placement.iter().any(|p| matches!(p, Placement::Halves { .. }));
-    let start: Vec<usize> = if halves { order.clone() } else { (0..models.len()).collect() };
+    let start: Vec<usize> = if halves || late { order.clone() } else { (0..models.len()).collect() };
     let mut started: Vec<_> = models.iter().map(|_| None).collect();
-    for (&i, placement) in start.iter().zip(placement) {
-        started[i] = Some(models[i].start_queries(&texts, placement));
+    for (rank, (&i, placement)) in start.iter().zip(placement).enumerate() {
+        started[i] = Some(if late {
+            // The faster models embed one part fewer on their own: they
+            // share a core with the slowest model's own parts, and both
+            // cores then end together ([`late_placements`]).
+            let own = if rank + 1 == models.len() { config.own_parts } else { config.own_parts.saturating_sub(1) };
+            models[i].start_late(query.text, &piece_refs, &pooled, own, placement)
+        } else {
+            models[i].start_queries(&texts, placement)
+        });
     }
     // Each model's lists in the models' order, whatever order they came in
     // (fusion adds them up in that order).
@@ -155,6 +172,33 @@ pub(super) fn placements(models: usize, with_parts: bool, engines: usize) -> Vec
         .collect()
 }
 
+/// Where the models, started fastest first, embed a dialogue query with
+/// late chunking ([`Semantic::start_late`]) over `engines` engine threads:
+/// each model's pass over the whole, and its latest parts' own pass. With
+/// two cores for each model, each has two. Otherwise the slowest model's
+/// pass over the whole (e5's: about twice MiniLM's per token) has a core
+/// to itself, and every other run queues on the next core in the order
+/// started (the faster models first, so they answer first; the slowest
+/// model's own parts last). A lone model's runs take every core, one after
+/// the other, as its batch would.
+pub(super) fn late_placements(models: usize, engines: usize) -> Vec<Placement> {
+    (0..models)
+        .map(|rank| {
+            if models == 1 {
+                Placement::Every
+            } else if engines >= 2 * models {
+                Placement::Halves { whole: 2 * rank, parts: 2 * rank + 1 }
+            } else if engines < 2 {
+                Placement::Core(0)
+            } else if rank + 1 == models {
+                Placement::Halves { whole: 0, parts: 1 }
+            } else {
+                Placement::Core(1 + rank % (engines - 1))
+            }
+        })
+        .collect()
+}
+
 /// The keyword list (BM25 scores) and the entity list.
 type Lexical = (Vec<(AtomId, f32)>, Vec<AtomId>);
 
@@ -224,9 +268,18 @@ fn entity_list(indexes: &Indexes, config: &RecallConfig, query: &Query<'_>) -> V
 
 /// The most recent parts of a long query: its lines, or its sentences when
 /// it is one line; parts of fewer than three terms are left out.
+#[cfg(test)]
 pub(super) fn query_parts(query: &str, query_term_count: usize, config: &RecallConfig) -> Vec<String> {
+    let (pieces, pooled) = query_pieces(query, query_term_count, config);
+    pieces.into_iter().zip(pooled).filter(|(_, pool)| *pool).map(|(piece, _)| piece).collect()
+}
+
+/// A long query cut into pieces (its lines, or its sentences when it is
+/// one line; together its text, in order), each marked when it is one of
+/// [`query_parts`]; nothing for a short query.
+pub(super) fn query_pieces(query: &str, query_term_count: usize, config: &RecallConfig) -> (Vec<String>, Vec<bool>) {
     if query_term_count < config.long_query_terms {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let lines: Vec<&str> = query.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let pieces: Vec<String> = if lines.len() >= 2 {
@@ -234,10 +287,12 @@ pub(super) fn query_parts(query: &str, query_term_count: usize, config: &RecallC
     } else {
         query.split_inclusive(['.', '!', '?', '。', '！', '？']).map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
     };
-    let mut parts: Vec<String> = pieces.into_iter().filter(|p| terms(p, Mode::Query).len() >= 3).collect();
+    let mut pooled: Vec<bool> = pieces.iter().map(|p| terms(p, Mode::Query).len() >= 3).collect();
     let keep = config.max_segments.max(1);
-    if parts.len() > keep {
-        parts.drain(..parts.len() - keep);
+    let mut kept = 0;
+    for pool in pooled.iter_mut().rev().filter(|pool| **pool) {
+        kept += 1;
+        *pool = kept <= keep;
     }
-    parts
+    (pieces, pooled)
 }

@@ -31,6 +31,11 @@ pub struct RecallConfig {
     pub part_decay: f32,
     /// Most recent parts embedded on their own (default 4).
     pub max_segments: usize,
+    /// How many of a dialogue's latest parts are embedded on their own
+    /// (default 2); the older ones come from the whole's forward pass
+    /// (their tokens' states pooled, "late chunking"). At
+    /// [`RecallConfig::max_segments`] or more, every part has its own pass.
+    pub own_parts: usize,
     /// How many top candidates seed graph expansion (default 10).
     pub expansion_seeds: usize,
     /// Score multiplier per hop (default 0.45: conversation turns next to a
@@ -75,6 +80,7 @@ impl Default for RecallConfig {
             part_keyword_factor: 0.7,
             part_decay: 0.9,
             max_segments: 4,
+            own_parts: 2,
             expansion_seeds: 10,
             hop_decay: 0.45,
             entity_hop_weight: 0.3,
@@ -105,6 +111,7 @@ impl RecallConfig {
             "entity" => self.entity_weight = number()?,
             "segment" => self.segment_weight = number()?,
             "segments" => self.max_segments = count()?,
+            "own_parts" => self.own_parts = count()?,
             "part_decay" => self.part_decay = number()?,
             "dialogue_keyword" => self.part_keyword_factor = number()?,
             "speaker" => self.boost_named_source = number()?,
@@ -117,7 +124,7 @@ impl RecallConfig {
             "degree" => self.max_entity_degree = count()?,
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}'; expected keyword, semantic, entity, segment, segments, part_decay, dialogue_keyword, speaker, hop, entity_hop, window, seeds, long, candidates or degree"
+                    "unknown parameter '{other}'; expected keyword, semantic, entity, segment, segments, own_parts, part_decay, dialogue_keyword, speaker, hop, entity_hop, window, seeds, long, candidates or degree"
                 ));
             }
         }

@@ -283,6 +283,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dialogue_in_one_pass_per_model_keeps_the_slowest_models_pass_on_a_core_of_its_own() {
+        use super::candidates::late_placements;
+        use crate::index::Placement::{Core, Every, Halves};
+        // Started fastest first: MiniLM's runs and e5's own parts share the
+        // second core, e5's pass over the whole has the first.
+        assert_eq!(late_placements(2, 2), vec![Core(1), Halves { whole: 0, parts: 1 }]);
+        assert_eq!(late_placements(3, 2), vec![Core(1), Core(1), Halves { whole: 0, parts: 1 }]);
+        assert_eq!(late_placements(2, 4), vec![Halves { whole: 0, parts: 1 }, Halves { whole: 2, parts: 3 }]);
+        assert_eq!(late_placements(2, 1), vec![Core(0), Core(0)]);
+        assert_eq!(late_placements(1, 2), vec![Every]);
+        assert!(late_placements(0, 2).is_empty());
+    }
+
+    #[test]
+    fn a_dialogues_pieces_are_its_lines_with_its_latest_parts_marked() {
+        use super::candidates::query_pieces;
+        let config = RecallConfig::default();
+        let count = |q: &str| terms(q, Mode::Query).len();
+        let dialogue = "Bart: hi!\n  Bart: I am doing a magic trick at the New Year party  \n\nAssistant: ok\nBart: 我每周日和Ana在河边跑五公里\nBart: what should I wear on the stage?\nAssistant: your favorite performance outfit\nBart: 週末は京都でお寺の写真を撮ります";
+        let (pieces, pooled) = query_pieces(dialogue, count(dialogue), &config);
+        assert_eq!(pieces.len(), 7, "every non-empty line, trimmed: {pieces:?}");
+        assert_eq!(pieces[1], "Bart: I am doing a magic trick at the New Year party");
+        assert_eq!(pooled, vec![false, false, false, true, true, true, true], "the latest four of three terms or more");
+        assert_eq!(query_parts(dialogue, count(dialogue), &config), pieces[3..].to_vec());
+        assert_eq!(query_pieces("thanks!", 1, &config), (Vec::new(), Vec::new()));
+    }
+
+    #[test]
     fn a_source_is_named_when_every_term_of_it_is_in_the_query() {
         let q = query_terms("What did Caroline say about the adoption agency?");
         assert!(names_source(&q, "Caroline"));

@@ -45,6 +45,15 @@ unsafe extern "C" {
         scales: *mut *const f32,
     ) -> c_int;
     fn hmg_bert_embed(model: *mut CModel, ids: *const i32, lens: *const i32, n: c_int, out: *mut f32) -> c_int;
+    fn hmg_bert_embed_late(
+        model: *mut CModel,
+        ids: *const i32,
+        len: i32,
+        from: *const i32,
+        to: *const i32,
+        n: c_int,
+        out: *mut f32,
+    ) -> c_int;
     fn hmg_bert_set_kernel(kernel: c_int) -> c_int;
     fn hmg_bert_batches_on_tiles() -> c_int;
     fn hmg_bert_uniform(on: c_int);
@@ -636,6 +645,11 @@ impl Embedder for BertEmbedder {
         self.embed(texts)
     }
 
+    fn macs_per_token(&self) -> u64 {
+        let (h, ff) = (self.shape.hidden as u64, self.shape.intermediate as u64);
+        (self.shape.layers as u64).saturating_mul(4 * h * h + 2 * h * ff)
+    }
+
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         self.embed(&[text])?.pop().ok_or_else(|| EmbedError::Backend("no vector returned".into()))
     }
@@ -655,6 +669,60 @@ impl Embedder for BertEmbedder {
         self.embed(texts)
     }
 
+    /// One forward pass over the pieces' word pieces between one [CLS]
+    /// and one [SEP] (WordPiece splits at whitespace, so they are the
+    /// whole text's); `None` when they exceed [`LATE_MAX_TOKENS`] or a
+    /// piece alone was truncated.
+    fn embed_query_late(&self, pieces: &[&str], pooled: &[bool]) -> Result<Option<Vec<Vec<f32>>>, EmbedError> {
+        if pieces.is_empty() || pieces.len() != pooled.len() {
+            return Err(EmbedError::Backend(format!("{} pieces with {} pooling marks", pieces.len(), pooled.len())));
+        }
+        let loaded = self.loaded()?;
+        let tokenize =
+            |text: &str, special: bool| loaded.tokenizer.encode(text, special).map_err(|e| EmbedError::Backend(format!("tokenizer: {e}")));
+        let ends = tokenize("", true)?;
+        let (Some(&cls), Some(&sep)) = (ends.get_ids().first(), ends.get_ids().last()) else { return Ok(None) };
+        let id = |id: u32| i32::try_from(id).unwrap_or(i32::MAX);
+        let mut ids = vec![id(cls)];
+        let (mut from, mut to) = (vec![0], vec![0]);
+        for (piece, pool) in pieces.iter().zip(pooled) {
+            let encoding = tokenize(piece, false)?;
+            if !encoding.get_overflowing().is_empty() {
+                return Ok(None);
+            }
+            let start = ids.len() as i32;
+            ids.extend(encoding.get_ids().iter().map(|i| id(*i)));
+            if ids.len() + 1 > LATE_MAX_TOKENS {
+                return Ok(None);
+            }
+            if *pool {
+                from.push(start);
+                to.push(ids.len() as i32);
+            }
+        }
+        ids.push(id(sep));
+        to[0] = ids.len() as i32;
+        let dims = self.shape.hidden;
+        let mut out = vec![0.0f32; from.len() * dims];
+        // SAFETY: ids holds len tokens, from/to n ranges each, out n * dims
+        // floats; the engine checks every id and range.
+        let status = unsafe {
+            hmg_bert_embed_late(
+                loaded.model.0,
+                ids.as_ptr(),
+                ids.len() as i32,
+                from.as_ptr(),
+                to.as_ptr(),
+                from.len() as c_int,
+                out.as_mut_ptr(),
+            )
+        };
+        if status != 0 {
+            return Err(EmbedError::Backend(format!("the BERT engine refused a dialogue of {} tokens (status {status})", ids.len())));
+        }
+        Ok(Some(out.chunks(dims).map(<[f32]>::to_vec).collect()))
+    }
+
     fn languages(&self) -> Option<&[String]> {
         self.languages.as_deref()
     }
@@ -664,6 +732,12 @@ impl Embedder for BertEmbedder {
     }
 }
 
+/// Most tokens of a dialogue query in one pass ([`Embedder::embed_query_late`]):
+/// the length all-MiniLM-L6-v2 was tuned to (sentence-transformers'
+/// `max_seq_length`; its tokenizer truncates a text at 128). A longer
+/// dialogue is embedded as texts, its whole truncated.
+const LATE_MAX_TOKENS: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -671,6 +745,32 @@ mod tests {
     /// The installed MiniLM's `tokenizer.json` (scripts/setup.sh).
     fn minilm_tokenizer() -> PathBuf {
         default_models_dir().expect("a data directory").join("all-MiniLM-L6-v2").join("tokenizer.json")
+    }
+
+    /// One pass over a dialogue's pieces: the same word pieces as the
+    /// text's, so the whole is its vector bit for bit; a dialogue over
+    /// [`LATE_MAX_TOKENS`] is left to the caller.
+    #[test]
+    fn a_dialogue_in_one_pass_gives_its_whole_bit_for_bit_and_pooled_parts() {
+        let model = BertEmbedder::from_env().expect("MiniLM (scripts/setup.sh)");
+        let pieces = [
+            "Bart: \"Hey, I'm doing a magic trick at the party!\"",
+            "Assistant: \"Wow, what will you wear?\"",
+            "Bart: \"My blue suit, I think.\"",
+        ];
+        let whole = pieces.join("\n");
+        let vectors = model.embed_query_late(&pieces, &[true, false, true]).unwrap().expect("fits");
+        assert_eq!(vectors.len(), 3);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&vectors[0]), bits(&model.embed_query(&whole).unwrap()), "the whole");
+        for (piece, vector) in [pieces[0], pieces[2]].iter().zip(&vectors[1..]) {
+            let c: f32 = vector.iter().zip(&model.embed_query(piece).unwrap()).map(|(x, y)| x * y).sum();
+            assert!(c > 0.5 && c < 0.9999, "{piece}: cosine {c} with its own vector");
+        }
+        let long: Vec<String> = (0..30).map(|i| format!("turn {i}: we talked about the trip to Lisbon")).collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        assert!(model.embed_query_late(&long, &vec![true; long.len()]).unwrap().is_none(), "over {LATE_MAX_TOKENS} tokens");
+        assert!(model.embed_query_late(&pieces, &[true]).is_err());
     }
 
     #[test]

@@ -19,6 +19,7 @@ unsafe extern "C" {
     fn e5_dim(model: *const E5Model) -> c_int;
     fn e5_embed(model: *mut E5Model, text: *const c_char, is_query: c_int, out: *mut f32) -> c_int;
     fn e5_embed_batch(model: *mut E5Model, texts: *const *const c_char, n: c_int, is_query: c_int, out: *mut f32) -> c_int;
+    fn hmg_e5_embed_late(model: *mut E5Model, pieces: *const *const c_char, n: c_int, pooled: *const c_int, out: *mut f32) -> c_int;
     fn hmg_e5_set_kernel(kernel: c_int) -> c_int;
     fn hmg_e5_uniform(on: c_int);
     #[cfg(test)]
@@ -88,6 +89,8 @@ pub struct E5Embedder {
     id: String,
     /// Where the unpacked matrices are kept between loads (`packs`).
     pack_dir: Option<PathBuf>,
+    /// From the header ([`Embedder::macs_per_token`]).
+    macs_per_token: u64,
 }
 
 /// The engine's model and the pack file its matrices are read from, when
@@ -140,9 +143,9 @@ impl E5Embedder {
         if !path.is_file() {
             return Err(EmbedError::ModelFile { path, message: "no such file".into() });
         }
-        // The header: magic, version, then the hidden size (e5.c's
-        // e5_parse reads the same).
-        let mut header = [0u8; 12];
+        // The header: magic, version, then the hidden size, layers, heads
+        // and feed-forward size (e5.c's e5_parse reads the same).
+        let mut header = [0u8; 24];
         std::io::Read::read_exact(
             &mut std::fs::File::open(&path).map_err(|e| EmbedError::ModelFile { path: path.clone(), message: e.to_string() })?,
             &mut header,
@@ -153,8 +156,18 @@ impl E5Embedder {
             return Err(EmbedError::ModelFile { path, message: "not an e5 model file (bad magic or hidden size)".into() });
         }
         let dims = dims as usize;
+        let word = |at: usize| u64::from(u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]));
+        let (layers, ffn) = (word(12), word(20));
+        let macs_per_token = layers.saturating_mul(4 * (dims as u64) * (dims as u64) + 2 * (dims as u64).saturating_mul(ffn));
         let name = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(E5Embedder { path, model: std::sync::OnceLock::new(), dims, id: format!("e5:{name}:{dims}"), pack_dir: packs::dir_from_env() })
+        Ok(E5Embedder {
+            path,
+            model: std::sync::OnceLock::new(),
+            dims,
+            id: format!("e5:{name}:{dims}"),
+            pack_dir: packs::dir_from_env(),
+            macs_per_token,
+        })
     }
 
     /// The same model, keeping its unpacked matrices in `dir` instead of
@@ -455,6 +468,10 @@ impl Embedder for E5Embedder {
         self.batch(texts, false)
     }
 
+    fn macs_per_token(&self) -> u64 {
+        self.macs_per_token
+    }
+
     fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.batch(texts, true)
     }
@@ -492,6 +509,28 @@ impl Embedder for E5Embedder {
     /// otherwise: 40 ms on the first recall) by embedding one word.
     fn warm_up(&self) -> Result<(), EmbedError> {
         self.embed_query("warm up").map(|_| ())
+    }
+
+    /// One forward pass over the pieces' tokens (csrc/e5_late.c); `None`
+    /// when they do not fit one 512-token window.
+    fn embed_query_late(&self, pieces: &[&str], pooled: &[bool]) -> Result<Option<Vec<Vec<f32>>>, EmbedError> {
+        if pieces.is_empty() || pieces.len() != pooled.len() || pieces.len() > c_int::MAX as usize {
+            return Err(EmbedError::Backend(format!("{} pieces with {} pooling marks", pieces.len(), pooled.len())));
+        }
+        let owned: Vec<CString> = pieces.iter().map(|t| c_text(t)).collect();
+        let pointers: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let marks: Vec<c_int> = pooled.iter().map(|p| c_int::from(*p)).collect();
+        let count = 1 + pooled.iter().filter(|p| **p).count();
+        let mut out = vec![0.0f32; count * self.dims];
+        // SAFETY: pointers and marks (n each) outlive the call; out holds
+        // (1 + pooled pieces) * dims floats, what the engine writes.
+        let status =
+            unsafe { hmg_e5_embed_late(self.model()?.0, pointers.as_ptr(), pointers.len() as c_int, marks.as_ptr(), out.as_mut_ptr()) };
+        match status {
+            0 => Ok(Some(out.chunks(self.dims).map(<[f32]>::to_vec).collect())),
+            1 => Ok(None),
+            _ => Err(EmbedError::Backend(format!("hmg_e5_embed_late returned {status}"))),
+        }
     }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
@@ -602,6 +641,35 @@ mod tests {
         let (none, only) = model.embed_comparable_and_passages(&[], &written).unwrap();
         assert!(none.is_empty());
         assert_eq!(bits(&only), bits(&batch));
+    }
+
+    /// One pass over a dialogue's pieces: the whole is the text's own
+    /// query vector (its pieces' tokens are the text's); a dialogue over
+    /// one window is left to the caller; bad marks are an error.
+    #[test]
+    fn a_dialogue_in_one_pass_gives_its_whole_and_pooled_parts() {
+        let model = E5Embedder::from_env().expect("the e5 model (scripts/setup.sh)");
+        let pieces = [
+            "Bart: \"Hey, I'm doing a magic trick at the party!\"",
+            "老李上周把 Redis 迁移到了第三个集群",
+            "田中さんは毎朝コーヒーを飲みます",
+        ];
+        let whole = pieces.join("\n");
+        let vectors = model.embed_query_late(&pieces, &[false, true, true]).unwrap().expect("fits one window");
+        assert_eq!(vectors.len(), 3);
+        let cosine = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(x, y)| x * y).sum() };
+        let c = cosine(&vectors[0], &model.embed_query(&whole).unwrap());
+        assert!(c > 0.9999, "the whole: cosine {c}");
+        for (piece, vector) in pieces[1..].iter().zip(&vectors[1..]) {
+            let c = cosine(vector, &model.embed_query(piece).unwrap());
+            assert!(c > 0.5 && c < 0.9999, "{piece}: cosine {c} with its own vector");
+            assert!((vector.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4, "unit length");
+        }
+        let long: Vec<String> = (0..60).map(|i| format!("turn {i}: we talked about the trip to Lisbon and the bakery")).collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        assert!(model.embed_query_late(&long, &vec![true; long.len()]).unwrap().is_none(), "over 512 tokens");
+        assert!(model.embed_query_late(&pieces, &[true]).is_err(), "marks for every piece");
+        assert!(model.embed_query_late(&[], &[]).is_err());
     }
 
     #[test]

@@ -67,6 +67,22 @@ pub trait Embedder: Send + Sync {
     fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         texts.iter().map(|t| self.embed_query(t)).collect()
     }
+    /// About how many multiply-accumulates a token costs in the model's
+    /// matrices (0: unknown); which model is expected to answer first
+    /// before any query has been timed.
+    fn macs_per_token(&self) -> u64 {
+        0
+    }
+    /// A dialogue query's vectors from one forward pass ("late
+    /// chunking"): `pieces` are its lines in order (together its text);
+    /// the first vector is the whole's, then one per piece `pooled` marks,
+    /// the mean of that piece's token states (which saw the whole
+    /// dialogue). `None`: the backend cannot, or the pieces do not fit one
+    /// pass; the caller embeds the whole and its parts as texts.
+    fn embed_query_late(&self, pieces: &[&str], pooled: &[bool]) -> Result<Option<Vec<Vec<f32>>>, EmbedError> {
+        let _ = (pieces, pooled);
+        Ok(None)
+    }
     /// Query vectors of texts a caller compares with each other (the
     /// merge's paraphrase check), each the same, bit for bit, whether its
     /// text is embedded alone or in any batch: a decision at a threshold
