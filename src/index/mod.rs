@@ -225,6 +225,11 @@ impl StartedQueries {
 /// alternated).
 const QUERY_CACHE_ENTRIES: usize = 4096;
 
+/// Dialogue queries kept in a model's late cache: a dialogue is asked again
+/// mostly at once (a retry, another tool of the same turn), and an entry
+/// holds a vector per part (about 8 KB with four parts at 384 dimensions).
+const LATE_CACHE_ENTRIES: usize = 64;
+
 /// The derived indexes.
 pub struct Indexes {
     keyword: KeywordIndex,
@@ -252,7 +257,7 @@ impl Semantic {
             query_micros: Arc::default(),
             passage_nanos_per_byte: Arc::default(),
             compare_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
-            late_cache: Mutex::new(Recent::new(QUERY_CACHE_ENTRIES)),
+            late_cache: Mutex::new(Recent::new(LATE_CACHE_ENTRIES)),
             asked_uncached: std::sync::atomic::AtomicU64::new(0),
             ahead: Mutex::new(std::collections::VecDeque::new()),
             claimed: std::sync::atomic::AtomicU64::new(0),
@@ -459,8 +464,9 @@ impl Semantic {
     /// tokens again), else embedded with the whole as texts. `placement`:
     /// the whole's pass on `whole` and the own parts on `parts` for
     /// [`Placement::Halves`], else both there, one after the other. From
-    /// the late cache when the same dialogue was recalled lately. Returns
-    /// at once; [`Semantic::finish_queries`] waits.
+    /// the late cache when the same dialogue was recalled lately; an own
+    /// part seen lately (the latest part of the turn before) from the
+    /// query cache. Returns at once; [`Semantic::finish_queries`] waits.
     pub(crate) fn start_late(
         &self,
         whole: &str,
@@ -516,17 +522,25 @@ impl Semantic {
             Ok(vectors)
         };
         let mut pending = vec![embed::start_on(whole_on, late)?];
-        if !own_parts.is_empty() {
+        // The latest parts are their own query vectors: the ones seen
+        // lately (the latest part of the turn before) from the query cache.
+        let mut vectors: Vec<Option<Vec<f32>>> = vec![None; 1 + late_parts.len()];
+        {
+            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            vectors.extend(own_parts.iter().map(|&i| cache.get(pieces[i])));
+        }
+        let missing: Vec<String> = own_parts
+            .iter()
+            .zip(&vectors[1 + late_parts.len()..])
+            .filter(|(_, v)| v.is_none())
+            .map(|(&i, _)| pieces[i].to_owned())
+            .collect();
+        if !missing.is_empty() {
             let embedder = Arc::clone(&self.embedder);
-            let texts: Vec<String> = own_parts.iter().map(|&i| pieces[i].to_owned()).collect();
+            let texts = missing.clone();
             pending.push(embed::start_on(own_on, move || embedder.embed_queries(&texts.iter().map(String::as_str).collect::<Vec<_>>()))?);
         }
-        Ok(StartedQueries {
-            vectors: vec![None; 1 + parts.len()],
-            missing: Vec::new(),
-            pending: Some(embed::Pending::joined(pending)),
-            late_key: Some(key),
-        })
+        Ok(StartedQueries { vectors, missing, pending: Some(embed::Pending::joined(pending)), late_key: Some(key) })
     }
 
     /// Waits for the vectors [`Semantic::start_queries`] or
@@ -535,13 +549,28 @@ impl Semantic {
     pub(crate) fn finish_queries(&self, started: StartedQueries) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
         let StartedQueries { mut vectors, missing, pending, late_key } = started;
         if let Some(key) = late_key {
-            let Some(pending) = pending else { return Ok(vectors.into_iter().flatten().collect()) };
-            let fresh = pending.wait()?;
-            if fresh.len() != vectors.len() {
-                return Err(EmbedError::Backend(format!("{} vectors for a dialogue query of {}", fresh.len(), vectors.len())));
+            // The pass over the whole fills the first empty slots, the own
+            // parts embedded now (`missing`, also cached as queries) the rest.
+            let fresh = match pending {
+                Some(pending) => pending.wait()?,
+                None => Vec::new(),
+            };
+            let empty = vectors.iter().filter(|v| v.is_none()).count();
+            if fresh.len() != empty || missing.len() > empty {
+                return Err(EmbedError::Backend(format!("{} vectors for a dialogue query missing {empty}", fresh.len())));
             }
-            self.late_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, fresh.clone());
-            return Ok(fresh);
+            let own_from = empty - missing.len();
+            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (n, (slot, vector)) in vectors.iter_mut().filter(|v| v.is_none()).zip(fresh).enumerate() {
+                if let Some(text) = n.checked_sub(own_from).and_then(|k| missing.get(k)) {
+                    cache.insert(text.clone(), vector.clone());
+                }
+                *slot = Some(vector);
+            }
+            drop(cache);
+            let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+            self.late_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, vectors.clone());
+            return Ok(vectors);
         }
         if let Some(pending) = pending {
             let fresh = pending.wait()?;
@@ -1628,6 +1657,18 @@ mod tests {
             assert!(again.pending.is_none(), "{id}");
             assert_eq!(s.finish_queries(again).unwrap(), vectors, "{id}");
             assert!(!s.query_cache.lock().unwrap().contains(pieces[1]), "{id}");
+            assert!(s.query_cache.lock().unwrap().contains(pieces[4]), "{id}: an own part is a query vector");
+            // The next turn: its latest part but one was the latest before,
+            // from the query cache; only the new line is embedded alone.
+            let next_line = "User: thanks, see you tomorrow at the bakery!";
+            let next: Vec<&str> = pieces.iter().copied().chain([next_line]).collect();
+            let started = s.start_late(&next.join("\n"), &next, &[false, true, true, true, true, true], 2, Placement::Every).unwrap();
+            assert_eq!(started.missing, vec![next_line.to_owned()], "{id}");
+            let turn = s.finish_queries(started).unwrap();
+            assert_eq!(turn.len(), 6, "{id}");
+            assert_eq!(turn[4], vectors[4], "{id}: from the query cache");
+            let c = cosine(&turn[5], &s.embedder.embed_query(next_line).unwrap());
+            assert!(c > 0.9999, "{id}: the new line, cosine {c}");
             // Other parts on their own: another entry, embedded again.
             let other = s.start_late(&dialogue, &pieces, &pooled, 1, Placement::Every).unwrap();
             assert!(other.pending.is_some(), "{id}");
