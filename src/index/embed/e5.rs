@@ -665,6 +665,13 @@ mod tests {
             assert!(c > 0.5 && c < 0.9999, "{piece}: cosine {c} with its own vector");
             assert!((vector.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4, "unit length");
         }
+        // One line of sentences, no space between them (as Chinese and
+        // Japanese write): each piece's leading word boundary is one the
+        // text does not have, so the whole is near the text's, not it.
+        let sentences = ["老李上周把 Redis 迁移到了第三个集群。", "下周他要去杭州出差。", "田中さんは毎朝コーヒーを飲みます。"];
+        let vectors = model.embed_query_late(&sentences, &[false, true, true]).unwrap().expect("fits one window");
+        let c = cosine(&vectors[0], &model.embed_query(&sentences.concat()).unwrap());
+        assert!(c > 0.998, "the whole of one line of sentences: cosine {c} (0.9990 measured)");
         let long: Vec<String> = (0..60).map(|i| format!("turn {i}: we talked about the trip to Lisbon and the bakery")).collect();
         let long: Vec<&str> = long.iter().map(String::as_str).collect();
         assert!(model.embed_query_late(&long, &vec![true; long.len()]).unwrap().is_none(), "over 512 tokens");
