@@ -479,11 +479,14 @@ impl Semantic {
         let own = own.min(parts.len());
         let (late_parts, own_parts) = parts.split_at(parts.len() - own);
         let marks: Vec<bool> = (0..pieces.len()).map(|i| late_parts.contains(&i)).collect();
-        let mark_text: String = (0..pieces.len())
-            .map(|i| {
-                if marks[i] {
+        // A part not pooled is one of the own parts.
+        let mark_text: String = marks
+            .iter()
+            .enumerate()
+            .map(|(i, late)| {
+                if *late {
                     'l'
-                } else if own_parts.contains(&i) {
+                } else if pooled.get(i).copied().unwrap_or(false) {
                     'o'
                 } else {
                     '-'
@@ -548,42 +551,32 @@ impl Semantic {
     /// keeps the new ones in the cache.
     pub(crate) fn finish_queries(&self, started: StartedQueries) -> Result<Vec<Vec<f32>>, crate::index::embed::EmbedError> {
         let StartedQueries { mut vectors, missing, pending, late_key } = started;
-        if let Some(key) = late_key {
-            // The pass over the whole fills the first empty slots, the own
-            // parts embedded now (`missing`, also cached as queries) the rest.
-            let fresh = match pending {
-                Some(pending) => pending.wait()?,
-                None => Vec::new(),
-            };
-            let empty = vectors.iter().filter(|v| v.is_none()).count();
-            if fresh.len() != empty || missing.len() > empty {
-                return Err(EmbedError::Backend(format!("{} vectors for a dialogue query missing {empty}", fresh.len())));
-            }
-            let own_from = empty - missing.len();
+        let fresh = match pending {
+            Some(pending) => pending.wait()?,
+            None => Vec::new(),
+        };
+        let empty = vectors.iter().filter(|v| v.is_none()).count();
+        if late_key.is_some() && fresh.len() != empty {
+            return Err(EmbedError::Backend(format!("{} vectors for a dialogue query missing {empty}", fresh.len())));
+        }
+        // The empty slots take the fresh vectors in order. The last
+        // `missing.len()` are the texts embedded as queries, cached as
+        // such; before them, a late pass's (the whole, the pooled parts).
+        let unnamed = empty.saturating_sub(missing.len());
+        if !fresh.is_empty() {
             let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for (n, (slot, vector)) in vectors.iter_mut().filter(|v| v.is_none()).zip(fresh).enumerate() {
-                if let Some(text) = n.checked_sub(own_from).and_then(|k| missing.get(k)) {
+                if let Some(text) = n.checked_sub(unnamed).and_then(|k| missing.get(k)) {
                     cache.insert(text.clone(), vector.clone());
                 }
                 *slot = Some(vector);
             }
-            drop(cache);
-            let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+        }
+        let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+        if let Some(key) = late_key {
             self.late_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, vectors.clone());
-            return Ok(vectors);
         }
-        if let Some(pending) = pending {
-            let fresh = pending.wait()?;
-            let mut cache = self.query_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut fresh = missing.into_iter().zip(fresh);
-            for slot in vectors.iter_mut().filter(|v| v.is_none()) {
-                if let Some((query, vector)) = fresh.next() {
-                    cache.insert(query, vector.clone());
-                    *slot = Some(vector);
-                }
-            }
-        }
-        Ok(vectors.into_iter().flatten().collect())
+        Ok(vectors)
     }
 
     /// This model's vector for one atom (`None` without content, or when the
