@@ -42,6 +42,16 @@ const SIDE: &[&str] = &[
     "What happened with the mountain cabin during the sprint?",
 ];
 
+/// Query `i` in the side-by-side wording, numbered as the peers bench does.
+fn side_query(i: usize) -> String {
+    format!("{} #{i}", SIDE[i % SIDE.len()])
+}
+
+/// The models' ids, as a label.
+fn ids(models: &[Arc<dyn Embedder>]) -> String {
+    models.iter().map(|m| m.id()).collect::<Vec<_>>().join(" + ")
+}
+
 fn rounds() -> usize {
     std::env::var("HMG_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(40)
 }
@@ -76,7 +86,7 @@ fn bench(model: &dyn Embedder) {
     });
     report("short query", &mut short);
     let mut side = time(n * SHORT.len(), |i| {
-        model.embed_query(&format!("{} #{i}", SIDE[i % SIDE.len()])).unwrap();
+        model.embed_query(&side_query(i)).unwrap();
     });
     report("short query, side-by-side wording", &mut side);
     let dialogue = DIALOGUE.join("\n");
@@ -168,7 +178,7 @@ fn main() {
                 model.embed_query(&format!("{} {i}", SHORT[i % SHORT.len()])).unwrap();
             }
         });
-        println!("{label}: {}", ensemble.iter().map(|m| m.id()).collect::<Vec<_>>().join(" + "));
+        println!("{label}: {}", ids(ensemble));
         report("short query, every model", &mut samples);
     }
     side_by_side(&models);
@@ -205,7 +215,7 @@ fn side_by_side(models: &[Arc<dyn Embedder>]) {
         })
         .collect();
     let mut samples = time(rounds() * SHORT.len(), |i| {
-        let text = format!("{} #{i}", SIDE[i % SIDE.len()]);
+        let text = side_query(i);
         for (ask, _) in &workers {
             ask.send(text.clone()).unwrap();
         }
@@ -214,6 +224,6 @@ fn side_by_side(models: &[Arc<dyn Embedder>]) {
             answers.recv().unwrap();
         }
     });
-    println!("ensemble side by side, one thread per model: {}", models.iter().map(|m| m.id()).collect::<Vec<_>>().join(" + "));
+    println!("ensemble side by side, one thread per model: {}", ids(models));
     report("short query, side-by-side wording", &mut samples);
 }
