@@ -549,6 +549,31 @@ mod tests {
     }
 
     #[test]
+    fn served_input_schemas_hold_every_subschema_inline() {
+        // Hosts that do not resolve `$ref` (see `tools::schema_of`) must
+        // still see every argument, nested ones included.
+        let tools = HmgServer::tool_router().list_all();
+        for tool in &tools {
+            let text = serde_json::to_string(&*tool.input_schema).unwrap();
+            assert!(!text.contains("\"$ref\"") && !text.contains("\"$defs\""), "{}: {text}", tool.name);
+            assert_eq!(tool.input_schema.get("type").and_then(serde_json::Value::as_str), Some("object"), "{}", tool.name);
+        }
+        let input =
+            |name: &str| tools.iter().find(|t| t.name == name).map(|t| serde_json::Value::Object((*t.input_schema).clone())).expect(name);
+        // Nested types are described where they are used: correct's action,
+        // govern's action, recall's scope.
+        let correct = input("memory_correct");
+        let actions = serde_json::to_string(&correct["properties"]["action"]).unwrap();
+        assert!(actions.contains("confirm_actual") && actions.contains("replace"), "{actions}");
+        let govern = input("memory_govern");
+        let actions = serde_json::to_string(&govern["properties"]["action"]).unwrap();
+        assert!(actions.contains("tombstone") && actions.contains("quarantine"), "{actions}");
+        let recall = input("memory_recall");
+        let scope = serde_json::to_string(&recall["properties"]["scope"]).unwrap();
+        assert!(scope.contains("\"repository\"") && scope.contains("\"workspace\""), "{scope}");
+    }
+
+    #[test]
     fn a_model_cannot_choose_its_scope() {
         let key = b"0123456789abcdef0123456789abcdef".to_vec();
         let resolver = ScopeResolver { tenant: "alice".to_owned(), directories: Vec::new(), hook_key: Some(key.clone()) };

@@ -387,9 +387,15 @@ pub(crate) fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
     schema_with::<T>(settings)
 }
 
-/// The JSON Schema of what `T` accepts (an input schema).
+/// The JSON Schema of what `T` accepts (an input schema), with every
+/// subschema inline: several MCP hosts do not resolve `$ref` in a tool's
+/// input schema (GitHub Copilot CLI, Kiro, opencode, LM Studio; "can't
+/// resolve reference #/$defs/…"), and either list no tools or cannot build
+/// the arguments.
 pub(crate) fn schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
-    schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_deserialize())
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_deserialize();
+    settings.inline_subschemas = true;
+    schema_with::<T>(settings)
 }
 
 fn schema_with<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> Arc<Map<String, Value>> {
