@@ -532,36 +532,29 @@ mod tests {
     }
 
     #[test]
-    fn served_output_schemas_hold_every_subschema_inline() {
-        // A client validates each result against these: a `$ref` costs it
-        // a lookup per nested value (see `tools::output_schema_of`).
+    fn served_schemas_hold_every_subschema_inline() {
+        // A client validates each result against the output schemas: a
+        // `$ref` costs it a lookup per nested value (`tools::output_schema_of`).
+        // Hosts that do not resolve `$ref` in input schemas must still see
+        // every argument, nested ones included (`tools::schema_of`).
         let tools = HmgServer::tool_router().list_all();
         assert_eq!(tools.len(), 7, "{:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>());
         for tool in &tools {
-            let schema = tool.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no output schema", tool.name));
-            let text = serde_json::to_string(&**schema).unwrap();
-            assert!(!text.contains("\"$ref\"") && !text.contains("\"$defs\""), "{}: {text}", tool.name);
+            let output = tool.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no output schema", tool.name));
+            for schema in [&tool.input_schema, output] {
+                let text = serde_json::to_string(&**schema).unwrap();
+                assert!(!text.contains("\"$ref\"") && !text.contains("\"$defs\""), "{}: {text}", tool.name);
+            }
+            assert_eq!(tool.input_schema.get("type").and_then(serde_json::Value::as_str), Some("object"), "{}", tool.name);
         }
         // The nested types are still described: a recalled memory's kind.
         let recall = tools.iter().find(|t| t.name == "memory_recall").and_then(|t| t.output_schema.clone()).expect("memory_recall");
         let kinds = &recall["properties"]["atoms"]["items"]["properties"]["kind"]["enum"];
         assert!(kinds.as_array().is_some_and(|k| k.iter().any(|v| v == "fact")), "{recall:?}");
-    }
-
-    #[test]
-    fn served_input_schemas_hold_every_subschema_inline() {
-        // Hosts that do not resolve `$ref` (see `tools::schema_of`) must
-        // still see every argument, nested ones included.
-        let tools = HmgServer::tool_router().list_all();
-        for tool in &tools {
-            let text = serde_json::to_string(&*tool.input_schema).unwrap();
-            assert!(!text.contains("\"$ref\"") && !text.contains("\"$defs\""), "{}: {text}", tool.name);
-            assert_eq!(tool.input_schema.get("type").and_then(serde_json::Value::as_str), Some("object"), "{}", tool.name);
-        }
         let input =
             |name: &str| tools.iter().find(|t| t.name == name).map(|t| serde_json::Value::Object((*t.input_schema).clone())).expect(name);
-        // Nested types are described where they are used: correct's action,
-        // govern's action, recall's scope.
+        // And where arguments use them: correct's action, govern's action,
+        // recall's scope.
         let correct = input("memory_correct");
         let actions = serde_json::to_string(&correct["properties"]["action"]).unwrap();
         assert!(actions.contains("confirm_actual") && actions.contains("replace"), "{actions}");

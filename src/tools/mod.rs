@@ -382,9 +382,7 @@ fn backticked(message: &str) -> Option<String> {
 /// memory (10 results: 1.40 → 0.76 ms of every `memory_recall` call at
 /// the client).
 pub(crate) fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
-    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
-    settings.inline_subschemas = true;
-    schema_with::<T>(settings)
+    schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_serialize())
 }
 
 /// The JSON Schema of what `T` accepts (an input schema), with every
@@ -393,12 +391,13 @@ pub(crate) fn output_schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
 /// resolve reference #/$defs/…"), and either list no tools or cannot build
 /// the arguments.
 pub(crate) fn schema_of<T: JsonSchema>() -> Arc<Map<String, Value>> {
-    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_deserialize();
-    settings.inline_subschemas = true;
-    schema_with::<T>(settings)
+    schema_with::<T>(schemars::generate::SchemaSettings::draft2020_12().for_deserialize())
 }
 
-fn schema_with<T: JsonSchema>(settings: schemars::generate::SchemaSettings) -> Arc<Map<String, Value>> {
+/// `T`'s schema under `settings`, every subschema inline (both kinds of
+/// schema want it, see above).
+fn schema_with<T: JsonSchema>(mut settings: schemars::generate::SchemaSettings) -> Arc<Map<String, Value>> {
+    settings.inline_subschemas = true;
     let schema = settings.into_generator().into_root_schema_for::<T>();
     match serde_json::to_value(schema) {
         Ok(mut value) => {
