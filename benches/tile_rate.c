@@ -43,58 +43,48 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Instructions per ns of one instruction in eight independent chains,
- * the loop itself written in asm (16 of the instruction per iteration,
- * nothing else but the count) so the compiler adds no register moves. */
+/* Eight independent chains of one vector instruction, as asm text. */
 #define INSN8(INSN)                                                                                  \
     INSN " %%ymm8,%%ymm0,%%ymm0\n\t" INSN " %%ymm8,%%ymm1,%%ymm1\n\t" INSN " %%ymm8,%%ymm2,%%ymm2\n\t" \
     INSN " %%ymm8,%%ymm3,%%ymm3\n\t" INSN " %%ymm8,%%ymm4,%%ymm4\n\t" INSN " %%ymm8,%%ymm5,%%ymm5\n\t" \
     INSN " %%ymm8,%%ymm6,%%ymm6\n\t" INSN " %%ymm8,%%ymm7,%%ymm7\n\t"
-#define ISSUE_RATE(NAME, INSN)                                                                        \
+/* Eight broadcasts from memory (%1), into registers no chain reads. */
+#define BROADCAST8                                                                                   \
+    "vpbroadcastd (%1),%%ymm9\n\tvpbroadcastd 4(%1),%%ymm10\n\tvpbroadcastd 8(%1),%%ymm11\n\t"           \
+    "vpbroadcastd 12(%1),%%ymm12\n\tvpbroadcastd 16(%1),%%ymm13\n\tvpbroadcastd 20(%1),%%ymm14\n\t"      \
+    "vpbroadcastd 24(%1),%%ymm15\n\tvpbroadcastd 28(%1),%%ymm9\n\t"
+/* NAME(n): the best of nine runs of n iterations of BODY, in ns per
+ * iteration. The loop is written in asm, 64-byte aligned (unaligned, the
+ * vpaddw rate swung 9-12.6/ns between builds), with nothing else but the
+ * count, so the compiler adds no register moves. */
+#define NS_PER_ITERATION(NAME, BODY)                                                                  \
     __attribute__((target("avx2"))) static double NAME(long n) {                                    \
+        static int32_t from[16];                                                                     \
         double best = 1e30;                                                                          \
         for (int round = 0; round < 9; round++) {                                                    \
             long left = n;                                                                           \
             double t0 = now();                                                                       \
             __asm__ volatile("vpcmpeqb %%ymm8,%%ymm8,%%ymm8\n\t"                                      \
-                             ".p2align 6\n1:\n\t" INSN8(INSN) INSN8(INSN) "dec %0\n\tjnz 1b\n\t"                 \
+                             ".p2align 6\n1:\n\t" BODY "dec %0\n\tjnz 1b\n\t"                          \
                              : "+r"(left)                                                            \
-                             :                                                                       \
-                             : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "cc"); \
+                             : "r"(from)                                                             \
+                             : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+                               "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory"); \
             double t = now() - t0;                                                                   \
             if (t < best) best = t;                                                                  \
         }                                                                                            \
         __asm__ volatile("vzeroupper" ::: "xmm0");                                                   \
-        return 16.0 * (double)n / best / 1e9;                                                        \
+        return best / (double)n * 1e9;                                                               \
     }
-ISSUE_RATE(maddubs_rate, "vpmaddubsw")
-ISSUE_RATE(paddw_rate, "vpaddw")
+NS_PER_ITERATION(maddubs16_ns, INSN8("vpmaddubsw") INSN8("vpmaddubsw"))
+NS_PER_ITERATION(paddw16_ns, INSN8("vpaddw") INSN8("vpaddw"))
+NS_PER_ITERATION(paddw16_broadcast8_ns, INSN8("vpaddw") BROADCAST8 INSN8("vpaddw"))
 
 /* The vector slots one vpbroadcastd from memory takes: the time of 16
  * vpaddw with 8 broadcasts among them, beyond the 16 vpaddw alone, in
  * vpaddw issues. */
-__attribute__((target("avx2"))) static double broadcast_slots(long n, double paddw_per_ns) {
-    static int32_t from[16];
-    double best = 1e30;
-    for (int round = 0; round < 9; round++) {
-        long left = n;
-        double t0 = now();
-        __asm__ volatile("vpcmpeqb %%ymm8,%%ymm8,%%ymm8\n\t"
-                         ".p2align 6\n1:\n\t" INSN8("vpaddw")
-                         "vpbroadcastd (%1),%%ymm9\n\tvpbroadcastd 4(%1),%%ymm10\n\t"
-                         "vpbroadcastd 8(%1),%%ymm11\n\tvpbroadcastd 12(%1),%%ymm12\n\t"
-                         "vpbroadcastd 16(%1),%%ymm13\n\tvpbroadcastd 20(%1),%%ymm14\n\t"
-                         "vpbroadcastd 24(%1),%%ymm15\n\tvpbroadcastd 28(%1),%%ymm9\n\t" INSN8("vpaddw")
-                         "dec %0\n\tjnz 1b\n\t"
-                         : "+r"(left)
-                         : "r"(from)
-                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-                           "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory");
-        double t = now() - t0;
-        if (t < best) best = t;
-    }
-    __asm__ volatile("vzeroupper" ::: "xmm0");
-    double extra = best / (double)n * 1e9 - 16.0 / paddw_per_ns; /* ns per iteration */
+static double broadcast_slots(long n, double paddw_per_ns) {
+    double extra = paddw16_broadcast8_ns(n) - 16.0 / paddw_per_ns;
     return extra > 0 ? extra * paddw_per_ns / 8.0 : 0.0;
 }
 
@@ -161,7 +151,7 @@ int main(void) {
         printf("this CPU has no AVX2 + FMA: the AVX2 tiles do not run here\n");
         return 1;
     }
-    double maddubs = maddubs_rate(25000000L), paddw = paddw_rate(25000000L);
+    double maddubs = 16.0 / maddubs16_ns(25000000L), paddw = 16.0 / paddw16_ns(25000000L);
     double bcast = broadcast_slots(25000000L, paddw);
     double peak = 32.0 * maddubs;
     /* Bounds in GMAC/s: 32 multiply-adds per vpmaddubsw, at most as many
