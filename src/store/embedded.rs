@@ -26,7 +26,10 @@ pub(crate) struct Embedded {
     inner: RwLock<oxigraph::store::Store>,
     /// Root directory (`None` in memory).
     root: Option<PathBuf>,
-    /// Held by commits, vacuums and checkpoints: none of them overlaps.
+    /// Held by commits, vacuums, checkpoints and explicit flushes: none of
+    /// them overlaps, and none of the last three overlaps a flush in
+    /// flight either ([`Embedded::settle`] under it; see
+    /// [`Embedded::written`] for why two flushes must never race).
     exclusive: Mutex<()>,
     /// The newest read-only checkpoint ([`Embedded::read_snapshot`]).
     snapshot: Mutex<Option<Arc<ReadSnapshot>>>,
@@ -226,6 +229,17 @@ impl Embedded {
     /// one is still running. The caller holds `exclusive`. A failed flush
     /// is logged, not returned: the commit is durable in RocksDB's log, and
     /// the quads count again, so the next commit tries again.
+    ///
+    /// Only one RocksDB flush runs at a time: oxigraph's memtables merge
+    /// two at a time (`min_write_buffer_number_to_merge` = 2, set by its
+    /// level-style tuning), and with that setting a manual flush that races
+    /// another over the same column families can wait forever for a
+    /// memtable no flush will pick (facebook/rocksdb#12094, still open in
+    /// RocksDB 11). A CI run hung for its last 40 minutes in a test that
+    /// starts this flush 35 ms before its explicit `flush`. So a flush is
+    /// started here only when none is running, and every other flush (an
+    /// explicit one, a checkpoint's) holds `exclusive`, which keeps this
+    /// from starting one, and waits for the one in flight first.
     fn written(&self, store: &oxigraph::store::Store, quads: usize) {
         use std::sync::atomic::Ordering;
         if self.root.is_none() {
@@ -291,6 +305,8 @@ impl Embedded {
         let dir = parent.join(format!("{version}-{}", ulid::Ulid::generate()));
         {
             let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // A checkpoint flushes the memtables: not beside another flush.
+            self.settle();
             self.handle().backup(&dir)?;
         }
         let snapshot = Arc::new(ReadSnapshot { dir, version });
@@ -513,7 +529,11 @@ impl Backend for Embedded {
         }
     }
 
+    /// Waits for the flush in flight (never two at once: see
+    /// [`Embedded::written`]), then flushes what came after it.
     fn flush(&self) -> Result<()> {
+        let _exclusive = self.exclusive.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.settle();
         Ok(self.handle().flush()?)
     }
 
@@ -653,6 +673,60 @@ mod tests {
         drop(store);
         let reopened = Embedded::open(dir.path()).unwrap();
         assert_eq!(reopened.handle().len().unwrap(), (2 * batches + 1) * 1000);
+    }
+
+    /// RocksDB can wait forever in a manual flush that races another one
+    /// over the same column families when memtables merge two at a time
+    /// (oxigraph's setting; facebook/rocksdb#12094). A commit's flush in
+    /// flight, an explicit flush and a read snapshot's checkpoint (which
+    /// flushes too) come from different threads here, as in a server: all
+    /// of them end, and every quad is there.
+    #[test]
+    fn flushes_from_commits_callers_and_checkpoints_never_wait_on_each_other_forever() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Embedded::open(dir.path()).unwrap());
+        let batches = FLUSH_EVERY_QUADS / 1000;
+        // A commit starts a flush; an explicit flush, then a checkpoint,
+        // straight after it wait for it before flushing.
+        for (case, first) in [("an explicit flush", 0), ("a checkpoint", batches)] {
+            commit_batches(&store, first, batches);
+            assert!(store.flushing.lock().unwrap().is_some(), "{case}: a flush was started");
+            if first == 0 {
+                store.flush().unwrap();
+            } else {
+                drop(store.read_snapshot(1).unwrap());
+            }
+            assert!(store.flushing.lock().unwrap().is_none(), "{case} waited for the flush in flight");
+        }
+        // All three from their own threads, over and over.
+        let written = 2 * batches;
+        let rounds = 6;
+        let batches = batches / 4;
+        let (done, finished) = std::sync::mpsc::channel();
+        let workers: Vec<_> = (0..3)
+            .map(|role| {
+                let (store, done) = (std::sync::Arc::clone(&store), done.clone());
+                std::thread::spawn(move || {
+                    for round in 0..rounds * 4 {
+                        match role {
+                            0 => commit_batches(&store, written + round * batches, batches),
+                            1 => store.flush().unwrap(),
+                            _ => drop(store.read_snapshot(round as u64).unwrap()),
+                        }
+                    }
+                    done.send(role).unwrap();
+                })
+            })
+            .collect();
+        for _ in 0..workers.len() {
+            let role = finished.recv_timeout(std::time::Duration::from_secs(120));
+            assert!(role.is_ok(), "a flush has waited two minutes: RocksDB's flushes raced");
+        }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        store.settle();
+        assert_eq!(store.handle().len().unwrap(), (written + rounds * 4 * batches) * 1000);
     }
 
     /// An empty store on disk and a tenant's graph in it.
