@@ -10,4 +10,9 @@ scripts/virtuoso.sh install
 source scripts/env.sh
 cargo fmt --check
 cargo clippy --release --locked --features e5 --all-targets -- -D warnings
+# A test process that hangs is stopped with its threads' stacks printed,
+# rather than holding CI until its time limit.
+scripts/hang-watch.sh "$CARGO_TARGET_DIR" &
+watch=$!
+trap 'kill "$watch" 2>/dev/null' EXIT
 cargo test --release --locked --features e5 "$@"
