@@ -8,6 +8,9 @@
 #   scripts/virtuoso.sh stop DIR    # shuts it down (checkpoint) and removes DIR
 #   scripts/virtuoso.sh restart DIR # stops the server process and starts it again on the same data
 #
+# HMG_TEST_VIRTUOSO_MAX_ROWS sets its result cap (ResultSetMaxRows;
+# default 10,000,000), for the test of a store that cuts answers.
+#
 # `start` prints, for `eval`:
 #   HMG_TEST_VIRTUOSO_QUERY   http://127.0.0.1:PORT/sparql-auth (query + update, Digest)
 #   HMG_TEST_VIRTUOSO_USER / HMG_TEST_VIRTUOSO_PASSWORD
@@ -78,7 +81,7 @@ case "$command_name" in
           -e "s#^ServerPort *= *1111#ServerPort = $port#" \
           -e "s#^ServerPort *= *8890#ServerPort = 127.0.0.1:$http#" \
           -e "s#^DirsAllowed *= *#DirsAllowed = $dir, #" \
-          -e "s#^ResultSetMaxRows *=.*#ResultSetMaxRows = 10000000#" \
+          -e "s#^ResultSetMaxRows *=.*#ResultSetMaxRows = ${HMG_TEST_VIRTUOSO_MAX_ROWS:-10000000}#" \
           -e "s#^MaxQueryExecutionTime *=.*#MaxQueryExecutionTime = 0#" \
           -e "s#^MaxQueryCostEstimationTime *=.*#MaxQueryCostEstimationTime = 0#" \
           /etc/virtuoso-opensource-7/virtuoso.ini >"$dir/virtuoso.ini"

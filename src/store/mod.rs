@@ -105,6 +105,19 @@ pub enum StoreError {
         /// What went wrong.
         message: String,
     },
+    /// The remote store cut an answer at its result cap (Virtuoso's
+    /// `ResultSetMaxRows`, named only in a header): the answer is
+    /// incomplete, and HMG never takes part of a tenant for the whole.
+    #[error(
+        "the SPARQL store at {endpoint} cut its answer at {cap} rows, its result cap (Virtuoso: ResultSetMaxRows in \
+         virtuoso.ini), so the answer is incomplete; raise the cap above the number of quads in the largest tenant"
+    )]
+    Cut {
+        /// The endpoint URL.
+        endpoint: String,
+        /// The cap the store named.
+        cap: u64,
+    },
     /// Other nodes kept committing first.
     #[error("the write lost the race against other writers {attempts} times in a row; nothing was written, retry")]
     Contended {
@@ -119,9 +132,11 @@ pub enum StoreError {
 impl crate::fault::Classified for StoreError {
     fn fault(&self) -> crate::fault::Fault {
         match self {
-            StoreError::Locked { .. } | StoreError::NodeLocked { .. } | StoreError::Remote { .. } | StoreError::Contended { .. } => {
-                crate::fault::Fault::Unavailable
-            }
+            StoreError::Locked { .. }
+            | StoreError::NodeLocked { .. }
+            | StoreError::Remote { .. }
+            | StoreError::Cut { .. }
+            | StoreError::Contended { .. } => crate::fault::Fault::Unavailable,
             StoreError::Config(_) => crate::fault::Fault::Invalid,
             StoreError::Storage(_) | StoreError::Query { .. } | StoreError::Io { .. } | StoreError::Corrupt(_) => {
                 crate::fault::Fault::Internal

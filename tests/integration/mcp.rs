@@ -75,8 +75,12 @@ impl Served {
             .expect("hmg serve starts");
         let stderr = child.stderr.take().expect("stderr piped");
         let mut lines = BufReader::new(stderr).lines();
+        let mut said = String::new();
         let url = loop {
-            let line = lines.next().expect("hmg serve announces its address").expect("stderr readable");
+            let Some(line) = lines.next() else { panic!("hmg serve ended before announcing its address; it said:\n{said}") };
+            let line = line.expect("stderr readable");
+            said.push_str(&line);
+            said.push('\n');
             if let Some(rest) = line.split("serving ").nth(1) {
                 break rest.split_whitespace().next().expect("an address").to_owned();
             }

@@ -32,8 +32,18 @@ fn script() -> PathBuf {
 
 impl Virtuoso {
     pub(crate) fn start() -> Virtuoso {
+        Virtuoso::start_capped(None)
+    }
+
+    /// A Virtuoso that cuts every answer at `max_rows` (its
+    /// `ResultSetMaxRows`), else at the scripts' 10,000,000.
+    pub(crate) fn start_capped(max_rows: Option<u64>) -> Virtuoso {
         let dir = tempfile::Builder::new().prefix("hmg-virtuoso-").tempdir().unwrap().keep();
-        let out = Command::new(script()).arg("start").arg(&dir).output().expect("scripts/virtuoso.sh runs");
+        let mut command = Command::new(script());
+        if let Some(max_rows) = max_rows {
+            command.env("HMG_TEST_VIRTUOSO_MAX_ROWS", max_rows.to_string());
+        }
+        let out = command.arg("start").arg(&dir).output().expect("scripts/virtuoso.sh runs");
         assert!(
             out.status.success(),
             "Virtuoso did not start (scripts/test.sh installs virtuoso-opensource): {}",
@@ -221,6 +231,78 @@ fn a_wrong_password_or_a_dead_store_is_a_clear_error() {
     assert!(stderr.contains("http://127.0.0.1:9/sparql") && stderr.contains("unreachable"), "{stderr}");
     let out = hmg(&node, None, &["stats", "--store-url", "ftp://example.org/sparql"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Virtuoso cuts every answer at its `ResultSetMaxRows` and says so only
+/// in a header. Reading a tenant larger than the cap whole (an export, a
+/// caller's SPARQL from the CLI or a served node) is a clear error naming
+/// the cap, never a short answer taken for the whole; a new node whose
+/// catch-up asks for more atoms at once than the cap holds asks again in
+/// halves and indexes every one; a query's own LIMIT at the cap is whole.
+#[test]
+fn a_store_that_cuts_answers_at_its_row_cap_is_a_clear_error_not_a_short_answer() {
+    const CAP: usize = 200;
+    // Fewer memories than the cap has rows, many more quads.
+    const MEMORIES: usize = CAP / 7;
+    let tmp = tempfile::tempdir().unwrap();
+    let virtuoso = Virtuoso::start_capped(Some(CAP as u64));
+    let options = || MemoryOptions::default().with_embedder(hmg::EmbedderChoice::Disabled).with_remote(virtuoso.config());
+    let alice = caller("alice");
+    let cut = |error: &dyn std::fmt::Display| {
+        let message = error.to_string();
+        assert!(message.contains(&format!("at {CAP} rows")) && message.contains("ResultSetMaxRows"), "{message}");
+    };
+    let ports = |memory: &Memory| {
+        let found = memory.recall(&alice, RecallRequest { max_results: MEMORIES, ..RecallRequest::new("port 9005") }).unwrap();
+        let mut ids: Vec<String> = found.atoms.into_iter().map(|a| a.atom_id).collect();
+        ids.sort();
+        ids
+    };
+    let node = tmp.path().join("node");
+    let recalled = {
+        let memory = Memory::open_with(Some(&node), options()).unwrap();
+        let texts = ["Service {i} listens on port {p}", "服务 {i} 监听端口 {p}", "サービス {i} はポート {p} で待ち受ける"];
+        for i in 0..MEMORIES {
+            let text = texts[i % 3].replace("{i}", &i.to_string()).replace("{p}", &(9000 + i).to_string());
+            let outcome = memory.memorize(&alice, MemorizeRequest::new(text).with_source("user")).unwrap();
+            assert_eq!(outcome.effect, Effect::Applied);
+        }
+        let mut out = Vec::new();
+        cut(&memory.export(&alice, hmg::ExportFormat::NQuads, true, &mut out).unwrap_err());
+        ports(&memory)
+    };
+    assert!(!recalled.is_empty());
+    // A second node reads every atom from the store at its first open.
+    let second = Memory::open_with(Some(&tmp.path().join("second-node")), options()).unwrap();
+    assert_eq!(second.stats(&alice).unwrap().indexes.keyword, MEMORIES as u64, "every memory indexed");
+    assert_eq!(ports(&second), recalled);
+    drop(second);
+    // A caller's SPARQL from the CLI: past the cap refused, a LIMIT at the
+    // cap whole.
+    let sparql = |name: &str, text: &str| {
+        let file = tmp.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        hmg(&node, Some(&virtuoso), &["--tenant", "alice", "sparql", file.to_str().unwrap(), "--format", "csv"])
+    };
+    let all = sparql("all.rq", "SELECT ?s ?p ?o WHERE { ?s ?p ?o }");
+    assert_ne!(all.status.code(), Some(0), "{}", String::from_utf8_lossy(&all.stdout));
+    cut(&String::from_utf8_lossy(&all.stderr));
+    let limited = sparql("limited.rq", &format!("SELECT ?s ?p ?o WHERE {{ ?s ?p ?o }} LIMIT {CAP}"));
+    assert_eq!(limited.status.code(), Some(0), "{}", String::from_utf8_lossy(&limited.stderr));
+    assert_eq!(String::from_utf8_lossy(&limited.stdout).lines().filter(|l| !l.is_empty()).count(), CAP + 1, "a header and {CAP} rows");
+    // And from a served node.
+    let bearer = token(&node, "alice");
+    let served = serve(&node, &virtuoso);
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", "-H", "Content-Type: application/sparql-query", "-H", "Accept: text/csv"])
+        .args(["-H", &format!("Authorization: Bearer {bearer}"), "--data-binary", "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"])
+        .arg(format!("{}/sparql", served.url))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = out.rsplit_once('\n').unwrap();
+    assert_eq!(status, "503", "{body}");
+    cut(&body);
 }
 
 fn token(node: &Path, tenant: &str) -> String {

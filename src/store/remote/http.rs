@@ -74,6 +74,9 @@ impl std::fmt::Debug for Client {
 pub(crate) struct Answer {
     pub(crate) status: u16,
     pub(crate) body: Vec<u8>,
+    /// The row cap the store says it applied (Virtuoso's
+    /// `X-SPARQL-MaxRows`, sent when an answer reaches `ResultSetMaxRows`).
+    pub(crate) max_rows: Option<u64>,
 }
 
 impl Client {
@@ -102,6 +105,7 @@ impl Client {
             let status = response.status().as_u16();
             let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let challenge = header("www-authenticate");
+            let max_rows = header("x-sparql-maxrows").and_then(|v| v.trim().parse().ok());
             let body = read_body(&mut response).map_err(|e| unreachable(format!("broke off its answer: {e}")))?;
             if status == 401 {
                 if let Some(challenge) = challenge
@@ -113,7 +117,7 @@ impl Client {
                     break;
                 }
             }
-            return Ok(Answer { status, body });
+            return Ok(Answer { status, body, max_rows });
         }
         Err(unreachable("refused the credentials (HTTP 401); check --store-user / --store-password".to_owned()))
     }
@@ -130,7 +134,7 @@ impl Client {
             request.send(body).map_err(|e| unreachable(format!("(the writer node) is unreachable or did not answer in time: {e}")))?;
         let status = response.status().as_u16();
         let body = read_body(&mut response).map_err(|e| unreachable(format!("(the writer node) broke off its answer: {e}")))?;
-        Ok(Answer { status, body })
+        Ok(Answer { status, body, max_rows: None })
     }
 
     /// Remembers how the store wants us to authenticate; `false` when there

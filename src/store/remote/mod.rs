@@ -153,15 +153,31 @@ impl Remote {
         Ok(answer)
     }
 
+    /// Refuses an answer of `count` rows the store may have cut at its
+    /// result cap `cap`: Virtuoso stops at `ResultSetMaxRows` (10,000 as
+    /// packaged) and says so only in a header (`X-SPARQL-MaxRows`), so a
+    /// large tenant's change feed, listing or export would come back short
+    /// and be taken for whole. An answer the query's own `limit` ended is
+    /// whole.
+    fn whole(&self, count: usize, cap: Option<u64>, limit: Option<usize>) -> Result<()> {
+        let Some(cap) = cap else { return Ok(()) };
+        if (count as u64) < cap || limit.is_some_and(|limit| limit <= count) {
+            return Ok(());
+        }
+        Err(StoreError::Cut { endpoint: self.config.query_url.clone(), cap })
+    }
+
     fn solutions(&self, text: &str) -> Result<Vec<QuerySolution>> {
-        match self.results(text)? {
+        match self.results(text, None)? {
             Answered::Solutions(_, rows) => Ok(rows),
             _ => Err(self.error(&self.config.query_url, "answered a boolean where solutions were expected")),
         }
     }
 
-    /// A SELECT or ASK query's results, terms in HMG's form.
-    fn results(&self, text: &str) -> Result<Answered> {
+    /// A SELECT or ASK query's results, terms in HMG's form; an answer
+    /// cut at the store's result cap is an error ([`Remote::whole`]), unless
+    /// the query's own `limit` ended it.
+    fn results(&self, text: &str, limit: Option<usize>) -> Result<Answered> {
         let answer = self.query_raw(text, RESULTS_JSON)?;
         let url = &self.config.query_url;
         let bad = |e: &dyn std::fmt::Display| {
@@ -177,6 +193,7 @@ impl Remote {
                     let values: Vec<Option<Term>> = solution.values().iter().map(|v| v.clone().map(canonical)).collect();
                     rows.push(QuerySolution::from((variables, values)));
                 }
+                self.whole(rows.len(), answer.max_rows, limit)?;
                 Ok(Answered::Solutions(variables, rows))
             }
             SliceQueryResultsParserOutput::Boolean(value) => Ok(Answered::Boolean(value)),
@@ -190,6 +207,12 @@ impl Remote {
         let graph = super::tenant_graph(tenant);
         let confined = Some(spargebra::algebra::QueryDataset { default: vec![graph.clone()], named: Some(vec![graph]) });
         let graph_form = matches!(query, spargebra::Query::Construct { .. } | spargebra::Query::Describe { .. });
+        let limit = match &query {
+            spargebra::Query::Select { pattern: spargebra::algebra::GraphPattern::Slice { length, .. }, .. }
+            | spargebra::Query::Construct { pattern: spargebra::algebra::GraphPattern::Slice { length, .. }, .. }
+            | spargebra::Query::Describe { pattern: spargebra::algebra::GraphPattern::Slice { length, .. }, .. } => *length,
+            _ => None,
+        };
         match &mut query {
             spargebra::Query::Select { dataset, .. }
             | spargebra::Query::Ask { dataset, .. }
@@ -201,7 +224,7 @@ impl Remote {
             return Err(StoreError::Query { name: "sparql", message: "SERVICE (federated queries) is not allowed".to_owned() });
         }
         if !graph_form {
-            return self.results(&text);
+            return self.results(&text, limit);
         }
         let answer = self.query_raw(&text, "application/n-triples")?;
         let mut triples = Vec::new();
@@ -209,11 +232,18 @@ impl Remote {
             let triple = triple.map_err(|e| self.error(&self.config.query_url, format!("answered N-Triples that do not parse: {e}")))?;
             triples.push(oxigraph::model::Triple::new(triple.subject, triple.predicate, canonical(triple.object)));
         }
+        // Virtuoso cuts a graph at its cap too but names the cap in no
+        // header: a store that says so is heard (a query's LIMIT counts
+        // solutions, not triples); Virtuoso's graphs are as whole as its
+        // cap allows (README, "Stores").
+        if limit.is_none() {
+            self.whole(triples.len(), answer.max_rows, None)?;
+        }
         Ok(Answered::Graph(triples))
     }
 
     fn ask(&self, text: &str) -> Result<bool> {
-        match self.results(text)? {
+        match self.results(text, None)? {
             Answered::Boolean(value) => Ok(value),
             Answered::Solutions(..) | Answered::Graph(_) => Err(self.error(&self.config.query_url, "did not answer an ASK with a boolean")),
         }
@@ -268,6 +298,34 @@ impl Remote {
             (None, None) => return Ok(true),
         };
         self.ask(&text)
+    }
+}
+
+/// Subjects described per query: 200 atoms of ~25 quads are half of
+/// Virtuoso's packaged result cap (10,000 rows).
+const DESCRIBED_PER_QUERY: usize = 200;
+
+impl Remote {
+    /// Adds every quad of `subjects` in `graph` to `quads`. A store that cuts
+    /// the answer at its result cap is asked again for each half, down to
+    /// one subject, so a cap the tenant's atoms fit in is no error.
+    fn describe_into(&self, subjects: &[NamedNode], graph: NamedNodeRef<'_>, quads: &mut Vec<Quad>) -> Result<()> {
+        let values: String = subjects.iter().map(|s| format!("{s} ")).collect();
+        let text = format!("SELECT ?s ?p ?o WHERE {{ GRAPH {graph} {{ VALUES ?s {{ {values}}} ?s ?p ?o }} }}");
+        let rows = match self.solutions(&text) {
+            Err(StoreError::Cut { .. }) if subjects.len() > 1 => {
+                let (first, second) = subjects.split_at(subjects.len() / 2);
+                self.describe_into(first, graph, quads)?;
+                return self.describe_into(second, graph, quads);
+            }
+            answer => answer?,
+        };
+        for row in rows {
+            if let (Some(Term::NamedNode(s)), Some(Term::NamedNode(p)), Some(o)) = (row.get("s"), row.get("p"), row.get("o")) {
+                quads.push(Quad::new(s.clone(), p.clone(), o.clone(), graph.into_owned()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -327,14 +385,8 @@ impl Backend for Remote {
             return Err(StoreError::Corrupt("HMG keeps nothing in the default graph of a remote store".to_owned()));
         };
         let mut quads = Vec::new();
-        for chunk in subjects.chunks(200) {
-            let values: String = chunk.iter().map(|s| format!("{s} ")).collect();
-            let text = format!("SELECT ?s ?p ?o WHERE {{ GRAPH {graph_node} {{ VALUES ?s {{ {values}}} ?s ?p ?o }} }}");
-            for row in self.solutions(&text)? {
-                if let (Some(Term::NamedNode(s)), Some(Term::NamedNode(p)), Some(o)) = (row.get("s"), row.get("p"), row.get("o")) {
-                    quads.push(Quad::new(s.clone(), p.clone(), o.clone(), graph_node.into_owned()));
-                }
-            }
+        for chunk in subjects.chunks(DESCRIBED_PER_QUERY) {
+            self.describe_into(chunk, graph_node, &mut quads)?;
         }
         Ok(quads)
     }
