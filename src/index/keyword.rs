@@ -358,6 +358,21 @@ impl KeywordIndex {
         limit: usize,
     ) -> Result<Vec<(AtomId, f32)>, KeywordError> {
         self.refresh()?;
+        self.search_committed(tenant, repo_keys, statuses, query, limit)
+    }
+
+    /// [`KeywordIndex::search`] over the documents committed so far, without
+    /// committing those pending (a commit and reload cost 10–20 ms): for a
+    /// caller after older atoms, who reads the newest from the store and
+    /// the status of each hit from the store too.
+    pub(crate) fn search_committed(
+        &self,
+        tenant: &str,
+        repo_keys: &[String],
+        statuses: &[&str],
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(AtomId, f32)>, KeywordError> {
         let terms = analyze::terms(query, Mode::Query);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());

@@ -81,6 +81,9 @@ struct Known {
     id: String,
     content: String,
     read: Arc<Reading>,
+    /// Older than the newest page, found by a search for the facts
+    /// ([`Memory::add_older`]): kept after the page.
+    older: bool,
 }
 
 /// What every decision compares of a memory's text: worked out once per
@@ -160,13 +163,24 @@ impl Known {
     }
 
     fn new(readings: &Readings, id: String, content: String) -> Known {
-        Known { read: readings.of(&content), id, content }
+        Known { read: readings.of(&content), id, content, older: false }
     }
 
     /// The `n`-th fact this merge adds, as memorize will store it (trimmed,
     /// secrets redacted), before it is.
     fn unwritten(readings: &Readings, n: usize, text: &str) -> Known {
         Known::new(readings, format!("{UNWRITTEN}{n}"), crate::text::redact(text.trim()).text)
+    }
+}
+
+/// Puts `entry` first in `known`, keeping the newest page no longer than
+/// the store gives ([`Memory::known`]) and the older memories after it.
+fn push_newest(known: &mut Vec<Known>, entry: Known) {
+    known.insert(0, entry);
+    if known.iter().filter(|k| !k.older).count() > super::read::MAX_PAGE
+        && let Some(last) = known.iter().rposition(|k| !k.older)
+    {
+        known.remove(last);
     }
 }
 
@@ -787,8 +801,7 @@ fn rehearse(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool)
                 // target (an ADD has none) is gone, as when the store is
                 // read again.
                 known.retain(|k| Some(k.id.as_str()) != target);
-                known.insert(0, Known::unwritten(readings, n, &decided.text));
-                known.truncate(super::read::MAX_PAGE);
+                push_newest(&mut known, Known::unwritten(readings, n, &decided.text));
             }
             MergeEvent::Delete => known.retain(|k| Some(k.id.as_str()) != target),
             MergeEvent::None => {}
@@ -818,6 +831,33 @@ fn rehearse(readings: &Readings, facts: &[Fact], known: &[Known], dry_run: bool)
 /// 10,088 pairs of different facts passed against 6.)
 const PARAPHRASE_COSINE: f32 = 0.975;
 
+/// Memories older than the [`Memory::known`] page that each fact's best
+/// keyword matches, and as many of its best sentence-model matches, add to
+/// what the facts are decided against. Three of each found the same in
+/// `benches/rest_add.py` and cost a tenth more of an add.
+const OLDER_PER_FACT: usize = 1;
+
+/// How [`Memory::add_older`] searches.
+#[derive(Debug, Clone, Copy)]
+enum Search {
+    /// BM25 over the keyword index.
+    Keyword,
+    /// The sentence model's vectors.
+    Meaning,
+}
+
+/// The active memories of exactly the caller's scope.
+fn known_filter(caller: &Caller) -> AtomFilter {
+    AtomFilter {
+        workspace: caller.scope.workspace.clone(),
+        repository: caller.scope.repository.clone(),
+        branch: caller.scope.branch.clone(),
+        status: Some(Status::Active),
+        exact_scope: true,
+        ..AtomFilter::default()
+    }
+}
+
 /// How many of the newest memories the sentence model compares a fact with
 /// (those naming the same [`numbers`], and no name the fact lacks while it
 /// names one they lack: [`names_another`]).
@@ -842,9 +882,16 @@ impl Memory {
     #[tracing::instrument(skip(self, facts), fields(tenant = %caller.scope.tenant_id, facts = facts.len()))]
     pub fn merge_facts_with(&self, caller: &Caller, facts: &[String], source: &str, dry_run: bool) -> Result<Vec<MergeResult>> {
         let similarity = |text: &str, others: &[&str]| self.similarities(text, others);
-        let mut known = self.known(caller)?;
         let facts: Vec<Fact> = facts.iter().map(|fact| Fact::read(fact)).collect();
-        self.embed_ahead(&facts, &known, source, dry_run);
+        let mut known = self.known(caller)?;
+        let full = known.len() >= super::read::MAX_PAGE;
+        if full {
+            self.add_older(caller, &facts, &mut known, Search::Keyword)?;
+        }
+        self.embed_ahead(&facts, &known, source, dry_run, full);
+        if full {
+            self.add_older(caller, &facts, &mut known, Search::Meaning)?;
+        }
         if dry_run {
             return Ok(facts
                 .iter()
@@ -868,24 +915,24 @@ impl Memory {
         for fact in &facts {
             let mut decided = plan(fact, &known, &similarity);
             if decided.target.as_ref().is_some_and(|(id, _)| id.starts_with(UNWRITTEN)) {
-                self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
+                if self.write_adds(caller, &mut adds, &mut results, &mut known, source)? {
+                    known = self.known_for(caller, &facts)?;
+                }
                 decided = plan(fact, &known, &similarity);
             }
             tracing::info!(fact = %fact.said, event = ?decided.event, why = %decided.why, dry_run, "merge decision");
             match decided.event {
                 MergeEvent::Add => {
-                    // Newest first, and no more than the store gives.
-                    known.insert(0, Known::unwritten(&self.readings, adds.len(), &decided.text));
-                    known.truncate(super::read::MAX_PAGE);
+                    push_newest(&mut known, Known::unwritten(&self.readings, adds.len(), &decided.text));
                     adds.push((results.len(), decided));
                     results.push(None);
                 }
                 MergeEvent::None => results.push(Some(self.apply_plan(caller, decided, source)?)),
                 MergeEvent::Update | MergeEvent::Delete => {
-                    self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
+                    let stale = self.write_adds(caller, &mut adds, &mut results, &mut known, source)?;
                     let result = self.apply_plan(caller, decided, source)?;
-                    if result.event != MergeEvent::None {
-                        known = self.known(caller)?;
+                    if stale || result.event != MergeEvent::None {
+                        known = self.known_for(caller, &facts)?;
                     }
                     results.push(Some(result));
                 }
@@ -897,20 +944,20 @@ impl Memory {
 
     /// Writes the ADDs decided so far in one [`Memory::memorize_many`],
     /// fills in their results and gives their entries in `known` the ids
-    /// they were written under. If one was not written (memorize found a
-    /// duplicate elsewhere in the repository, or refused it), `known` is read
-    /// from the store again.
+    /// they were written under. Whether one was not written (memorize found
+    /// a duplicate elsewhere in the repository, or refused it): then `known`
+    /// must be read from the store again.
     #[tracing::instrument(skip_all, fields(adds = adds.len()))]
     fn write_adds(
         &self,
         caller: &Caller,
         adds: &mut Vec<(usize, Plan)>,
         results: &mut [Option<MergeResult>],
-        known: &mut Vec<Known>,
+        known: &mut [Known],
         source: &str,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if adds.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let requests = adds.iter().map(|(_, plan)| MemorizeRequest::new(plan.text.clone()).with_source(source)).collect();
         let outcomes = self.memorize_many(caller, requests)?;
@@ -925,10 +972,7 @@ impl Memory {
                 *result = Some(added(outcome, plan.text, plan.why));
             }
         }
-        if !exact {
-            *known = self.known(caller)?;
-        }
-        Ok(())
+        Ok(!exact)
     }
 
     /// Puts the sentence model's vectors for every text the decisions of
@@ -938,12 +982,17 @@ impl Memory {
     /// facts would be written as: an ADD's text, admitted and attributed as
     /// [`Memory::memorize_many`] will store it
     /// ([`crate::index::Indexes::embed_ahead`]: one forward pass per core
-    /// for both kinds; the write takes the passages). A failure only means
+    /// for both kinds; the write takes the passages). `searched`: every
+    /// fact's vector too, for [`Memory::add_older`]. A failure only means
     /// they are embedded when asked for.
     #[tracing::instrument(skip_all, fields(facts = facts.len()))]
-    fn embed_ahead(&self, facts: &[Fact], known: &[Known], source: &str, dry_run: bool) {
+    fn embed_ahead(&self, facts: &[Fact], known: &[Known], source: &str, dry_run: bool, searched: bool) {
         let (texts, events) = rehearse(&self.readings, facts, known, dry_run);
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        // Every fact's, when they search older memories by meaning.
+        if searched {
+            texts.extend(facts.iter().map(|f| f.text.as_str()).filter(|t| !t.trim().is_empty()));
+        }
         // A fact the rehearsal already answers NONE or DELETE (an exact
         // restatement, a cessation) writes no text.
         let passages: Vec<AheadPassage> = match super::clean_source(Some(source), "agent") {
@@ -990,16 +1039,69 @@ impl Memory {
 
     /// The active memories of exactly the caller's scope, newest first.
     fn known(&self, caller: &Caller) -> Result<Vec<Known>> {
-        let filter = AtomFilter {
-            workspace: caller.scope.workspace.clone(),
-            repository: caller.scope.repository.clone(),
-            branch: caller.scope.branch.clone(),
-            status: Some(Status::Active),
-            exact_scope: true,
-            ..AtomFilter::default()
-        };
-        let atoms = self.newest_matching(caller, &filter, super::read::MAX_PAGE)?;
+        let atoms = self.newest_matching(caller, &known_filter(caller), super::read::MAX_PAGE)?;
         Ok(atoms.into_iter().map(|atom| Known::new(&self.readings, atom.id.to_string(), atom.visible_content().to_owned())).collect())
+    }
+
+    /// What `facts` are decided against: the [`Memory::known`] page, and,
+    /// when the scope holds more than the page, the older memories a search
+    /// for the facts finds after it ([`Memory::add_older`], by keyword and
+    /// by meaning).
+    fn known_for(&self, caller: &Caller, facts: &[Fact]) -> Result<Vec<Known>> {
+        let mut known = self.known(caller)?;
+        if known.len() >= super::read::MAX_PAGE {
+            self.add_older(caller, facts, &mut known, Search::Keyword)?;
+            self.add_older(caller, facts, &mut known, Search::Meaning)?;
+        }
+        Ok(known)
+    }
+
+    /// Adds to `known` (a full page) the active memories of exactly the
+    /// caller's scope, older than the page, that are each fact's best
+    /// [`OLDER_PER_FACT`] matches by `search`. Without them a user's 201st
+    /// memory was never compared with their first: "I moved to Denver" was
+    /// added beside "I live in Portland" instead of replacing it. By
+    /// keyword, over the documents committed (the newest are in the page;
+    /// a commit per add cost 10 ms of it). By meaning, the facts' vectors
+    /// are the sentence model's ones the decisions compare
+    /// ([`Memory::embed_ahead`] has them; the facts' passages share their
+    /// forward pass, which embedding them first would split in two).
+    fn add_older(&self, caller: &Caller, facts: &[Fact], known: &mut Vec<Known>, search: Search) -> Result<()> {
+        let scope = &caller.scope;
+        let repo_keys = [if scope.is_tenant_wide() { String::new() } else { crate::index::repo_key(scope) }];
+        let mut found: Vec<crate::atom::AtomId> = Vec::new();
+        for fact in facts.iter().filter(|f| !f.text.trim().is_empty()) {
+            let hits = match search {
+                Search::Keyword => self
+                    .indexes()
+                    .keyword()
+                    .search_committed(&scope.tenant_id, &repo_keys, &["active"], &fact.text, OLDER_PER_FACT)
+                    .map_err(Into::into),
+                Search::Meaning => match self.indexes().semantic().first().map(|model| (model, model.comparable(&fact.text))) {
+                    Some((model, Ok(vector))) => {
+                        model.vectors.search(&scope.tenant_id, &repo_keys, &["active"], &vector, OLDER_PER_FACT).map_err(Into::into)
+                    }
+                    _ => Ok(Vec::new()),
+                },
+            };
+            found.extend(hits.map_err(|e: crate::index::IndexError| super::MemoryError::from(e))?.into_iter().map(|(id, _)| id));
+        }
+        let filter = known_filter(caller);
+        let mut seen: HashSet<String> = known.iter().map(|k| k.id.clone()).collect();
+        let before = known.len();
+        for id in found {
+            if !seen.insert(id.to_string()) {
+                continue;
+            }
+            if let Some(atom) = crate::store::codec::load_atom(&self.store, &scope.tenant_id, id)?
+                && atom.status == Status::Active
+                && filter.keeps_scope(&atom.scope)
+            {
+                known.push(Known { older: true, ..Known::new(&self.readings, atom.id.to_string(), atom.visible_content().to_owned()) });
+            }
+        }
+        tracing::debug!(?search, older = known.len() - before, "merge compares older memories the facts found");
+        Ok(())
     }
 
     fn apply_plan(&self, caller: &Caller, plan: Plan, source: &str) -> Result<MergeResult> {
@@ -1477,6 +1579,60 @@ mod decisions {
         assert_eq!(planned[0].previous_memory.as_deref(), Some("Lives in Portland"));
         assert!(planned[0].why.as_deref().unwrap_or_default().contains("home"), "{planned:?}");
         assert_eq!(active(&memory, &caller), ["Lives in Portland"]);
+    }
+}
+
+#[cfg(test)]
+mod older {
+    use super::*;
+    use crate::extract::{Extractor, Message, RuleExtractor};
+    use crate::scope::Scope;
+
+    /// With the models: a scope holding more memories than the page a
+    /// merge reads newest first. A new value for a slot, a restatement and
+    /// a cessation of the scope's first memory still find it, in three
+    /// languages, and the fillers after it are left as they were.
+    #[test]
+    fn a_fact_about_a_memory_older_than_the_newest_page_still_finds_it() {
+        use MergeEvent::{Add, Delete, None as Nothing, Update};
+        let memory = super::tests::with_models();
+        let cases = [
+            ("en", "I live in Portland.", "Big news: we just moved to Denver!", Update),
+            ("en-same", "I'm vegetarian.", "Like I mentioned, I don't eat meat.", Nothing),
+            ("zh", "我最喜欢的运动是羽毛球。", "我现在最喜欢的运动变成游泳了。", Update),
+            ("ja", "エディタはVimを使っています。", "最近VS Codeに乗り換えました。", Update),
+            ("ja-stop", "週に二回ジムに通っています。", "ジムはもう退会しました。", Delete),
+        ];
+        let filler = |name: &str, i: usize| match &name[..2] {
+            "zh" => format!("构建步骤{i}生成文件 build-{i}.tar"),
+            "ja" => format!("ビルド手順{i}は成果物 build-{i}.tar を作ります"),
+            _ => format!("Build step {i} writes the artifact build-{i}.tar"),
+        };
+        let fillers = super::super::read::MAX_PAGE + 5;
+        for (name, first, later, expected) in cases {
+            let caller = Caller::new(Scope::tenant("t").with_workspace("u").with_repository(name), "test");
+            let chat = |text: &str| RuleExtractor.extract(&[Message { role: "user".to_owned(), content: text.to_owned() }]).unwrap();
+            let added = memory.merge_facts(&caller, &chat(first), "user").unwrap();
+            assert_eq!(added.iter().map(|r| r.event).collect::<Vec<_>>(), [Add], "{name}: {added:#?}");
+            let oldest = added[0].id.clone().unwrap();
+            let requests = (0..fillers).map(|i| MemorizeRequest::new(filler(name, i)).with_source("user")).collect();
+            assert!(memory.memorize_many(&caller, requests).unwrap().iter().all(|o| o.effect == Effect::Applied));
+            assert!(memory.known(&caller).unwrap().iter().all(|k| k.id != oldest), "{name}: the first memory is past the page");
+            let results = memory.merge_facts(&caller, &chat(later), "user").unwrap();
+            assert_eq!(results.iter().map(|r| r.event).collect::<Vec<_>>(), [expected], "{name}: {results:#?}");
+            let active = memory.list_atoms(&caller, &known_filter(&caller), None, 1).unwrap().total;
+            match expected {
+                Nothing => {
+                    assert_eq!(results[0].id.as_deref(), Some(oldest.as_str()), "{name}");
+                    assert_eq!(active, fillers + 1, "{name}: nothing added");
+                }
+                Update => {
+                    assert_eq!(results[0].previous_memory.as_deref(), Some(added[0].memory.as_str()), "{name}: {results:#?}");
+                    assert_eq!(active, fillers + 1, "{name}: the first memory replaced, not joined");
+                }
+                _ => assert_eq!(active, fillers, "{name}: the first memory no longer holds"),
+            }
+        }
     }
 }
 

@@ -201,7 +201,7 @@ pub const MAX_PAGE: usize = 200;
 
 impl AtomFilter {
     /// Whether the filter keeps atoms of `scope` (the scope's part of [`AtomFilter::keeps`]).
-    fn keeps_scope(&self, scope: &Scope) -> bool {
+    pub(super) fn keeps_scope(&self, scope: &Scope) -> bool {
         let same = |want: &Option<String>, have: &Option<String>| want.as_ref().is_none_or(|w| have.as_deref() == Some(w.as_str()));
         let exact = !self.exact_scope || (self.workspace == scope.workspace && self.repository == scope.repository);
         exact
