@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Watches the test processes cargo runs from the target directory $1. One
 # that has run longer than HMG_TEST_HANG_MINUTES (default 25; the longest
-# test binary, the integration tests, takes about 5 minutes on a 2-core machine) has hung: its
-# threads' stacks are printed (gdb when installed, else what the kernel
-# shows) and it is killed, so the suite fails with the evidence instead of
-# holding CI until its time limit. Runs until killed (scripts/test.sh).
+# test binary, the integration tests, takes about 5 minutes on a 2-core
+# machine) has hung: its threads' stacks are printed (gdb when installed,
+# else what the kernel shows) and it is killed, so the suite fails with the
+# evidence instead of holding CI until its time limit. Runs until killed
+# (scripts/test.sh).
 set -u
 deps="$1/release/deps"
 limit=$(( ${HMG_TEST_HANG_MINUTES:-25} * 60 ))

@@ -76,6 +76,20 @@ pub(crate) fn repo_key(scope: &crate::scope::Scope) -> String {
     scope.repository_path().unwrap_or_default()
 }
 
+/// The [`repo_key`]s a search for a caller in `scope` may see: its
+/// repository's, and the tenant-wide atoms unless `strict` (exactly the
+/// caller's scope; a tenant-wide caller sees only tenant-wide atoms).
+pub(crate) fn repo_keys(scope: &crate::scope::Scope, strict: bool) -> Vec<String> {
+    let mut keys = Vec::with_capacity(2);
+    if !strict || scope.is_tenant_wide() {
+        keys.push(String::new());
+    }
+    if !scope.is_tenant_wide() {
+        keys.push(repo_key(scope));
+    }
+    keys
+}
+
 /// The text an atom is embedded with: its attribution (a speaker, a custom
 /// source) and its content.
 pub(crate) fn attributed_text(atom: &Atom) -> Option<String> {

@@ -1068,7 +1068,7 @@ impl Memory {
     /// forward pass, which embedding them first would split in two).
     fn add_older(&self, caller: &Caller, facts: &[Fact], known: &mut Vec<Known>, search: Search) -> Result<()> {
         let scope = &caller.scope;
-        let repo_keys = [if scope.is_tenant_wide() { String::new() } else { crate::index::repo_key(scope) }];
+        let repo_keys = crate::index::repo_keys(scope, true);
         let mut found: Vec<crate::atom::AtomId> = Vec::new();
         for fact in facts.iter().filter(|f| !f.text.trim().is_empty()) {
             let hits = match search {
@@ -1086,17 +1086,14 @@ impl Memory {
             };
             found.extend(hits.map_err(|e: crate::index::IndexError| super::MemoryError::from(e))?.into_iter().map(|(id, _)| id));
         }
-        let filter = known_filter(caller);
         let mut seen: HashSet<String> = known.iter().map(|k| k.id.clone()).collect();
+        found.retain(|id| seen.insert(id.to_string()));
+        // One read for all of them (one request to a remote store).
+        let mut atoms = crate::store::codec::load_atoms(&self.store, &scope.tenant_id, &found, false)?;
+        let filter = known_filter(caller);
         let before = known.len();
-        for id in found {
-            if !seen.insert(id.to_string()) {
-                continue;
-            }
-            if let Some(atom) = crate::store::codec::load_atom(&self.store, &scope.tenant_id, id)?
-                && atom.status == Status::Active
-                && filter.keeps_scope(&atom.scope)
-            {
+        for atom in found.iter().filter_map(|id| atoms.remove(id)) {
+            if atom.status == Status::Active && filter.keeps_scope(&atom.scope) {
                 known.push(Known { older: true, ..Known::new(&self.readings, atom.id.to_string(), atom.visible_content().to_owned()) });
             }
         }

@@ -174,17 +174,10 @@ fn query<'a>(request: &'a RecallRequest, scope: &'a Scope) -> Result<Query<'a>, 
     if request.max_results == 0 || request.max_results > MAX_RESULTS {
         return Err(invalid("max_results", format!("must be between 1 and {MAX_RESULTS}")));
     }
-    let mut repo_keys = Vec::with_capacity(2);
-    if !request.strict_scope || scope.is_tenant_wide() {
-        repo_keys.push(String::new());
-    }
-    if !scope.is_tenant_wide() {
-        repo_keys.push(crate::index::repo_key(scope));
-    }
     Ok(Query {
         text,
         tenant: scope.tenant_id.as_str(),
-        repo_keys,
+        repo_keys: crate::index::repo_keys(scope, request.strict_scope),
         statuses: if request.include_negated { &["active", "negated"] } else { &["active"] },
         language: crate::text::detect_language(text),
         terms: crate::text::analyze::terms(text, crate::text::analyze::Mode::Query),

@@ -700,14 +700,14 @@ mod tests {
         }
         // All three from their own threads, over and over.
         let written = 2 * batches;
-        let rounds = 6;
+        let rounds = 24;
         let batches = batches / 4;
         let (done, finished) = std::sync::mpsc::channel();
         let workers: Vec<_> = (0..3)
             .map(|role| {
                 let (store, done) = (std::sync::Arc::clone(&store), done.clone());
                 std::thread::spawn(move || {
-                    for round in 0..rounds * 4 {
+                    for round in 0..rounds {
                         match role {
                             0 => commit_batches(&store, written + round * batches, batches),
                             1 => store.flush().unwrap(),
@@ -726,7 +726,7 @@ mod tests {
             worker.join().unwrap();
         }
         store.settle();
-        assert_eq!(store.handle().len().unwrap(), (written + rounds * 4 * batches) * 1000);
+        assert_eq!(store.handle().len().unwrap(), (written + rounds * batches) * 1000);
     }
 
     /// An empty store on disk and a tenant's graph in it.
